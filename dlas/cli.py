@@ -1,0 +1,159 @@
+"""`dlas` command line: plugins, plan, run, results."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from dlas import registry
+from dlas.runner.console import default_workspace, results_table
+from dlas.sweep.config import ConfigError, load_config
+
+console = Console(highlight=False, soft_wrap=True)
+
+
+def _workspace(args: argparse.Namespace):  # -> Workspace (import kept lazy for fast --help)
+    from dlas.runner.runner import Workspace
+
+    return Workspace(Path(args.workspace), Path(args.cache_dir) if args.cache_dir else None)
+
+
+def _schema_summary(option: registry.Option) -> str:
+    parts = []
+    for name, field in option.params.model_fields.items():
+        kind = getattr(field.annotation, "__name__", str(field.annotation)).replace("typing.", "")
+        default = "required" if field.is_required() else f"={field.default!r}"
+        parts.append(f"{name}: {kind} {default}")
+    return "; ".join(parts) or "-"
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    for layer, title in registry.LAYERS.items():
+        if args.layer and layer != args.layer:
+            continue
+        table = Table(title=f"layer {title}  (config key: {layer})", title_justify="left")
+        for col in ("option", "description", "parameters", "version", "from"):
+            table.add_column(col, overflow="fold")
+        for opt in registry.list_options(layer):
+            table.add_row(opt.name, opt.description, _schema_summary(opt), opt.version, opt.source)
+        console.print(table)
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from dlas.runner.cache import Cache
+    from dlas.runner.stages import stage_keys
+    from dlas.sweep.grid import expand
+
+    config = load_config(args.config)
+    points = expand(config)
+    ws = _workspace(args)
+    cache = Cache(ws.cache_dir)
+    table = Table(title=f"sweep '{config.name}': {len(points)} points", title_justify="left")
+    for col in ("#", *registry.LAYERS, "cached stages / status"):
+        table.add_column(col, overflow="fold")
+    runnable = 0
+    for i, point in enumerate(points, 1):
+        if point.blocked:
+            status = f"[yellow]not runnable[/]: {point.blocked}"
+        else:
+            runnable += 1
+            keys = stage_keys(point)
+            cached = [s for s, k in keys.items() if s != "data" and cache.has(s, k)]
+            status = ", ".join(cached) if cached else "nothing cached"
+        table.add_row(str(i), *point.labels().values(), status)
+    console.print(table)
+    console.print(f"{len(points)} points: {runnable} runnable, {len(points) - runnable} not "
+                  f"runnable; cache {ws.cache_dir}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from dlas.runner.runner import Runner
+
+    config = load_config(args.config)
+    runner = Runner(_workspace(args), progress=not args.no_progress)
+    report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
+    if report.interrupted:
+        return 130
+    bad = report.failed + report.verification_failed
+    return 1 if (bad and args.fail_fast) else 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from dlas.results.store import ResultStore
+
+    ws = _workspace(args)
+    if not ws.db_path.exists():
+        console.print(f"no results database at {ws.db_path}; run a sweep first "
+                      "(dlas run CONFIG) or pass --workspace")
+        return 1
+    with ResultStore(ws.db_path) as store:
+        rows = store.rows(sweep=args.sweep, status=args.status)
+        if args.csv:
+            n = store.export_csv(Path(args.csv), rows)
+            console.print(f"wrote {n} rows to {args.csv}")
+        if args.json:
+            print(json.dumps(rows, indent=1, default=str))
+        else:
+            console.print(results_table(rows, title=f"results in {ws.db_path} ({len(rows)} rows)"))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dlas", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def workspace_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--workspace", default=os.environ.get("DLAS_WORKSPACE",
+                                                             str(default_workspace())),
+                       help="results database and cache (default ./dlas-workspace, "
+                            "or $DLAS_WORKSPACE)")
+        p.add_argument("--cache-dir", default=os.environ.get("DLAS_CACHE_DIR"),
+                       help="artifact cache (default WORKSPACE/cache, or $DLAS_CACHE_DIR)")
+
+    p = sub.add_parser("plugins", help="list every option on each layer")
+    p.add_argument("--layer", choices=list(registry.LAYERS))
+    p.set_defaults(fn=cmd_plugins)
+
+    p = sub.add_parser("plan", help="print a sweep's grid and what is already cached")
+    p.add_argument("config")
+    workspace_args(p)
+    p.set_defaults(fn=cmd_plan)
+
+    p = sub.add_parser("run", help="run a sweep (cached, resumable)")
+    p.add_argument("config")
+    workspace_args(p)
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failing point")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run only the points that failed before")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("results", help="print results, optionally export CSV")
+    workspace_args(p)
+    p.add_argument("--sweep")
+    p.add_argument("--status", choices=["ok", "failed", "verification_failed", "not_runnable"])
+    p.add_argument("--csv", help="write the selected rows (all columns) to this CSV file")
+    p.add_argument("--json", action="store_true", help="print rows as JSON")
+    p.set_defaults(fn=cmd_results)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ConfigError, registry.PluginLoadError) as exc:
+        console.print(f"error: {exc}", markup=False, style="red")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Layer 3, model optimizations: see base.py for the option contract."""

@@ -1,0 +1,147 @@
+"""The results database: embedded SQLite, one row per point of a sweep.
+
+A row holds everything needed to interpret the number later without the cache: the full
+resolved config, the environment, accuracy, latency statistics with raw samples, compile
+and tuning time, model size, and the verification against PyTorch. Failed and blocked
+points are rows too, with the error, so nothing a sweep tried is lost.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("ok", "failed", "verification_failed", "not_runnable")
+
+COLUMNS: dict[str, str] = {
+    "point_key": "TEXT PRIMARY KEY",
+    "sweep": "TEXT",
+    "status": "TEXT NOT NULL",
+    "dataset": "TEXT",
+    "model": "TEXT",
+    "compression": "TEXT",
+    "algorithm": "TEXT",
+    "tuning": "TEXT",
+    "target": "TEXT",
+    "accuracy": "REAL",
+    "dense_accuracy": "REAL",
+    "latency_median_ms": "REAL",
+    "latency_mean_ms": "REAL",
+    "latency_std_ms": "REAL",
+    "latency_min_ms": "REAL",
+    "latency_max_ms": "REAL",
+    "latency_samples_ms": "TEXT",
+    "measure_repeat": "INTEGER",
+    "compile_s": "REAL",
+    "tuning_s": "REAL",
+    "params": "INTEGER",
+    "nonzero_params": "INTEGER",
+    "macs": "INTEGER",
+    "sparsity": "REAL",
+    "size_bytes": "INTEGER",
+    "verified": "INTEGER",
+    "max_abs_diff": "REAL",
+    "top1_agreement": "REAL",
+    "conv_fallbacks": "TEXT",
+    "error_stage": "TEXT",
+    "error": "TEXT",
+    "traceback": "TEXT",
+    "stage_seconds": "TEXT",
+    "config": "TEXT",
+    "environment": "TEXT",
+    "created_at": "REAL",
+    "updated_at": "REAL",
+}
+
+#: Columns `dlas results` shows by default (the rest go to CSV).
+SUMMARY_COLUMNS = [
+    "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
+    "sparsity", "latency_median_ms", "latency_std_ms", "verified", "max_abs_diff",
+    "compile_s", "error",
+]
+
+JSON_COLUMNS = {"latency_samples_ms", "conv_fallbacks", "stage_seconds", "config", "environment"}
+
+
+class ResultStore:
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.path)
+        self.conn.row_factory = sqlite3.Row
+        cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+        self.conn.execute(f"CREATE TABLE IF NOT EXISTS points ({cols})")
+        existing = {r["name"] for r in self.conn.execute("PRAGMA table_info(points)")}
+        for name, kind in COLUMNS.items():  # older databases gain new columns
+            if name not in existing:
+                self.conn.execute(f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
+        self.conn.commit()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> ResultStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def upsert(self, row: dict[str, Any]) -> None:
+        unknown = set(row) - set(COLUMNS)
+        if unknown:
+            raise KeyError(f"unknown result columns: {sorted(unknown)}")
+        if row.get("status") not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, got {row.get('status')!r}")
+        now = time.time()
+        values = {k: (json.dumps(v, default=str) if k in JSON_COLUMNS and v is not None else v)
+                  for k, v in row.items()}
+        values["updated_at"] = now
+        previous = self.get(row["point_key"])
+        values["created_at"] = previous["created_at"] if previous else now
+        # a row is replaced whole: stale fields from an earlier attempt must not survive
+        names = list(values)
+        self.conn.execute(
+            f"INSERT OR REPLACE INTO points ({', '.join(names)}) "
+            f"VALUES ({', '.join('?' for _ in names)})",
+            [values[n] for n in names],
+        )
+        self.conn.commit()
+
+    def get(self, point_key: str) -> dict[str, Any] | None:
+        cur = self.conn.execute("SELECT * FROM points WHERE point_key = ?", (point_key,))
+        row = cur.fetchone()
+        return self._decode(row) if row else None
+
+    def rows(self, sweep: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
+        query, args = "SELECT * FROM points WHERE 1=1", []
+        if sweep:
+            query += " AND sweep = ?"
+            args.append(sweep)
+        if status:
+            query += " AND status = ?"
+            args.append(status)
+        query += " ORDER BY created_at, rowid"
+        return [self._decode(r) for r in self.conn.execute(query, args)]
+
+    @staticmethod
+    def _decode(row: sqlite3.Row) -> dict[str, Any]:
+        out = dict(row)
+        for k in JSON_COLUMNS:
+            if out.get(k) is not None:
+                out[k] = json.loads(out[k])
+        return out
+
+    def export_csv(self, path: Path, rows: Iterable[dict[str, Any]] | None = None) -> int:
+        rows = list(self.rows() if rows is None else rows)
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: (json.dumps(v) if k in JSON_COLUMNS and v is not None else v)
+                                 for k, v in row.items()})
+        return len(rows)

@@ -1,0 +1,62 @@
+"""A content-addressed artifact cache: one directory per (stage, key).
+
+An entry is written into a temporary directory and renamed into place only when complete,
+so an interrupted stage leaves nothing that a later run could mistake for a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+META = "meta.json"
+
+
+class Cache:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, stage: str, key: str) -> Path:
+        return self.root / stage / key
+
+    def scratch(self, stage: str, key: str) -> Path:
+        """A persistent per-entry work area (e.g. training checkpoints) kept across runs."""
+        path = self.root / stage / f"{key}.partial"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def has(self, stage: str, key: str) -> bool:
+        return (self.path(stage, key) / META).is_file()
+
+    def meta(self, stage: str, key: str) -> dict[str, Any]:
+        return json.loads((self.path(stage, key) / META).read_text())
+
+    @contextlib.contextmanager
+    def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
+        """Yield a temp dir to fill; on success store `meta` and publish atomically.
+
+        `meta` may be updated by the caller inside the block; it is written at the end.
+        """
+        final = self.path(stage, key)
+        tmp = final.parent / f".tmp-{key}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir(parents=True)
+        try:
+            yield tmp
+            (tmp / META).write_text(json.dumps(meta, indent=1, default=str))
+            if final.exists():  # a concurrent writer won; keep its copy
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, final)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        scratch = final.parent / f"{key}.partial"
+        if scratch.exists():
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""What a sweep prints: per-point stage lines, progress for long work, the closing tables."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from dlas.runner.runner import RunReport, Workspace
+    from dlas.sweep.config import SweepConfig
+    from dlas.sweep.grid import Point
+
+_STATUS_STYLE = {"ok": "green", "failed": "red", "verification_failed": "red bold",
+                 "not_runnable": "yellow"}
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.0f}"
+    return str(value)
+
+
+class RunConsole:
+    def __init__(self, progress: bool = True, console: Console | None = None) -> None:
+        self.progress = progress
+        self.out = console or Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        self.out.print(text)
+
+    def sweep_header(self, config: SweepConfig, points: list[Point], workspace: Workspace) -> None:
+        blocked = sum(1 for p in points if p.blocked)
+        self.out.print(f"[bold]sweep '{config.name}'[/]: {len(points)} points "
+                       f"({blocked} not runnable); workspace {workspace.root}")
+
+    def point_start(self, i: int, n: int, point: Point) -> None:
+        self.out.print(f"[bold][{i}/{n}][/] {point.describe()}")
+
+    def point_skipped(self, i: int, n: int, point: Point, previous: dict[str, Any]) -> None:
+        self.out.print(f"[bold][{i}/{n}][/] {point.describe()}: [red]failed earlier[/] "
+                       f"({previous.get('error_stage')}: {previous.get('error')}); "
+                       "re-run with --retry-failed to try again")
+
+    def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
+        if state == "running":
+            self.out.print(f"    {name:<9} computing ... (key {key[:10]})")
+        elif state == "done":
+            self.out.print(f"    {name:<9} [green]computed[/] in {seconds:.1f}s")
+        elif state == "reused":
+            self.out.print(f"    {name:<9} [cyan]reused[/] from cache")
+
+    def point_end(self, row: dict[str, Any]) -> None:
+        status = row["status"]
+        style = _STATUS_STYLE.get(status, "")
+        detail = ""
+        if status == "ok":
+            detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
+                      f"{_fmt(row['accuracy'])}, max |diff| vs PyTorch "
+                      f"{row['max_abs_diff']:.2e}")
+        elif row.get("error"):
+            detail = f" {row.get('error_stage') or ''}: {row['error']}"
+        self.out.print(f"    -> [{style}]{status}[/]{detail}")
+
+    @contextlib.contextmanager
+    def activity(self, text: str) -> Iterator[None]:
+        if not self.progress:
+            yield
+            return
+        with self.out.status(text):
+            yield
+
+    @contextlib.contextmanager
+    def measuring(self, total: int) -> Iterator[Callable[[int], None]]:
+        if not self.progress:
+            yield lambda n: None
+            return
+        columns = (TextColumn("    measure  "), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("runs"), TimeElapsedColumn())
+        with Progress(*columns, console=self.out, transient=True) as bar:
+            task = bar.add_task("measure", total=total)
+            yield lambda n: bar.advance(task, n)
+
+    def summary(self, report: RunReport) -> None:
+        if report.rows:
+            self.out.print(results_table(report.rows, title="results of this sweep"))
+        stages = Table(title="stages", title_justify="left")
+        for col in ("stage", "computed", "reused", "compute time (s)"):
+            stages.add_column(col, justify="right" if col != "stage" else "left")
+        from dlas.runner.stages import STAGES
+
+        for s in STAGES:
+            stages.add_row(s, str(report.computed[s]), str(report.reused[s]),
+                           f"{report.seconds[s]:.1f}")
+        self.out.print(stages)
+        counts = (f"{report.ok} ok, {report.failed} failed, {report.verification_failed} failed "
+                  f"verification, {report.not_runnable} not runnable")
+        if report.skipped_failed:
+            counts += f", {report.skipped_failed} skipped (failed earlier)"
+        self.out.print(f"{counts}; wall time {report.wall_seconds:.1f}s")
+        if report.recomputed_nothing and report.points:
+            self.out.print("nothing recomputed: every stage was reused from the cache")
+        if report.interrupted:
+            self.out.print("[yellow]interrupted[/]: completed stages are cached; "
+                           "run the same command again to resume")
+
+
+def results_table(rows: list[dict[str, Any]], title: str = "results",
+                  columns: list[str] | None = None) -> Table:
+    from dlas.results.store import SUMMARY_COLUMNS
+
+    columns = columns or SUMMARY_COLUMNS
+    table = Table(title=title, title_justify="left")
+    for col in columns:
+        table.add_column(col.replace("latency_", "").replace("_ms", " ms"), overflow="fold")
+    for row in rows:
+        cells = []
+        for col in columns:
+            value = row.get(col)
+            if col == "status":
+                cells.append(f"[{_STATUS_STYLE.get(value, '')}]{value}[/]")
+            elif col == "verified":
+                cells.append("-" if value is None else ("yes" if value else "NO"))
+            elif col == "error" and value:
+                cells.append(str(value)[:120])
+            else:
+                cells.append(_fmt(value, 4))
+        table.add_row(*cells)
+    return table
+
+
+def default_workspace() -> Path:
+    return Path.cwd() / "dlas-workspace"

@@ -1,0 +1,83 @@
+"""The stages of one sweep point and the keys that address their outputs.
+
+data -> train -> compress -> import (to TVM Relax, with the PyTorch reference outputs)
+-> compile (algorithm + tuning + target) -> measure (verify, then time) -> record.
+
+Each key hashes exactly the inputs that stage's output depends on: the upstream key, the
+option (name, version, params) and the budgets it reads. Shared prefixes of points hence
+share keys, so one trained model feeds every compression, one compressed model every
+algorithm and target.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from dlas.results.environment import machine_fingerprint
+from dlas.sweep.grid import Point, digest
+from dlas.targets.base import TargetSpec
+
+STAGES = ("data", "train", "compress", "import", "compile", "measure")
+
+#: Bump a stage's version when its own code changes what it produces.
+STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 1, "import": 1, "compile": 1, "measure": 1}
+
+
+@functools.cache
+def _resolve_target_cached(name: str, version: str, params_json: str) -> TargetSpec:
+    import json
+
+    from dlas import registry
+
+    option = registry.get("targets", name)
+    return option.fn(option.parse_params(json.loads(params_json)))
+
+
+def resolve_target(point: Point) -> TargetSpec:
+    """The target's concrete spec (host detection runs once per process)."""
+    from dlas.sweep.grid import canonical_json
+
+    choice = point.targets
+    return _resolve_target_cached(
+        choice.name, choice.option.version, canonical_json(choice.identity()["params"])
+    )
+
+
+@dataclass(frozen=True)
+class StageKeys:
+    data: str
+    train: str
+    compress: str
+    import_: str
+    compile: str
+    measure: str
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(zip(STAGES, (self.data, self.train, self.compress, self.import_,
+                                 self.compile, self.measure), strict=True))
+
+
+def _key(stage: str, **inputs: Any) -> str:
+    return digest({"stage": stage, "stage_version": STAGE_VERSIONS[stage], **inputs})
+
+
+def stage_keys(point: Point) -> StageKeys:
+    b = point.budgets
+    c = point.choices
+    data = _key("data", dataset=c["datasets"].identity(), seed=b.seed)
+    train = _key("train", data=data, model=c["models"].identity(), epochs=b.epochs,
+                 data_fraction=b.data_fraction, batch_size=b.batch_size, max_lr=b.max_lr)
+    compress = _key("compress", train=train, compression=c["compression"].identity(),
+                    finetune_epochs=b.finetune_epochs, data_fraction=b.data_fraction,
+                    batch_size=b.batch_size, max_lr=b.max_lr)
+    import_ = _key("import", compress=compress, verify_samples=b.verify_samples)
+    target = resolve_target(point)
+    compile_ = _key("compile", imported=import_, algorithm=c["algorithms"].identity(),
+                    tuning=c["tuning"].identity(), target=c["targets"].identity(),
+                    tvm_target=target.tvm_target, tuning_trials=b.tuning_trials)
+    measure = _key("measure", compiled=compile_, repeat=b.measure_repeat,
+                   number=b.measure_number, warmup=b.warmup, threads=target.num_threads,
+                   machine=machine_fingerprint(), hardware=target.fingerprint)
+    return StageKeys(data, train, compress, import_, compile_, measure)
