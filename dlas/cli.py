@@ -8,14 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from dlas import registry
-from dlas.runner.console import default_workspace, results_table
+from dlas.runner.console import default_workspace, make_console, results_table
 from dlas.sweep.config import ConfigError, load_config
 
-console = Console(highlight=False, soft_wrap=True)
+console = make_console()
 
 
 def _workspace(args: argparse.Namespace):  # -> Workspace (import kept lazy for fast --help)
@@ -65,8 +64,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         else:
             runnable += 1
             keys = stage_keys(point)
-            cached = [s for s, k in keys.items() if s != "data" and cache.has(s, k)]
-            status = ", ".join(cached) if cached else "nothing cached"
+            stored = [s for s, _ in keys.items() if s != "data"]
+            cached = [s for s, k in keys.items() if s in stored and cache.has(s, k)]
+            if len(cached) == len(stored):
+                status = "all stages cached"
+            else:
+                status = f"cached: {', '.join(cached)}" if cached else "nothing cached"
         table.add_row(str(i), *point.labels().values(), status)
     console.print(table)
     console.print(f"{len(points)} points: {runnable} runnable, {len(points) - runnable} not "

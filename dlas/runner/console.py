@@ -21,6 +21,12 @@ _STATUS_STYLE = {"ok": "green", "failed": "red", "verification_failed": "red bol
                  "not_runnable": "yellow"}
 
 
+def make_console() -> Console:
+    """Rich console; when output is not a terminal (logs, CI), wide enough not to fold."""
+    width = None if sys.stdout.isatty() else 200
+    return Console(highlight=False, soft_wrap=True, width=width)  # file=None: sys.stdout at print time
+
+
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -32,7 +38,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
 class RunConsole:
     def __init__(self, progress: bool = True, console: Console | None = None) -> None:
         self.progress = progress
-        self.out = console or Console(file=sys.stdout, highlight=False, soft_wrap=True)
+        self.out = console or make_console()
 
     def note(self, text: str) -> None:
         self.out.print(text)

@@ -1,0 +1,120 @@
+"""The runner end to end on a tiny sweep: real training, TVM compilation and timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dlas import registry
+from dlas.results.store import ResultStore
+from dlas.runner.runner import RunReport, Runner, Workspace
+from dlas.sweep.config import parse_config
+from tests.conftest import tiny_sweep
+
+
+def run(text: str, root: Path, cache: Path | None = None, **kwargs) -> RunReport:
+    runner = Runner(Workspace(root, cache), progress=False)
+    return runner.run(parse_config(text), **kwargs)
+
+
+def rows(root: Path) -> list[dict]:
+    with ResultStore(root / "results.db") as store:
+        return store.rows()
+
+
+def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) -> None:
+    text = tiny_sweep(compression=["none", "weight_pruning"])
+    first = run(text, tmp_path)
+    assert (first.ok, first.failed, first.points) == (2, 0, 2)
+    # one trained model feeds both compressions
+    assert first.computed["train"] == 1
+    assert first.computed["compress"] == first.computed["compile"] == 2
+    assert first.computed["measure"] == 2
+
+    recorded = {r["compression"]: r for r in rows(tmp_path)}
+    dense, pruned = recorded["none"], recorded["weight_pruning"]
+    for row in (dense, pruned):
+        assert row["status"] == "ok" and row["verified"] == 1
+        assert row["top1_agreement"] == 1.0 and row["max_abs_diff"] < 1e-3
+        assert len(row["latency_samples_ms"]) == 5
+        assert 0 < row["latency_min_ms"] <= row["latency_median_ms"] <= row["latency_max_ms"]
+        assert 0.0 <= row["accuracy"] <= 1.0
+        assert row["macs"] > 0 and row["params"] > 0 and row["size_bytes"] > 0
+        assert row["environment"]["versions"]["apache-tvm"] == "0.27.0.post1"
+        assert row["config"]["budgets"]["measure_repeat"] == 5
+    assert dense["sparsity"] == pytest.approx(0.0)
+    assert pruned["sparsity"] == pytest.approx(0.9, abs=1e-3)
+    assert pruned["nonzero_params"] < dense["nonzero_params"]
+
+    second = run(text, tmp_path)
+    assert second.ok == 2 and second.recomputed_nothing
+    assert second.reused["measure"] == 2 and second.reused["train"] == 1
+    assert len(rows(tmp_path)) == 2
+
+
+@pytest.fixture
+def broken_compression():
+    @registry.register("compression", "test_broken", description="always fails")
+    def broken(params, model, ctx):
+        raise RuntimeError("deliberately broken compression")
+
+    yield "test_broken"
+    registry.unregister("compression", "test_broken")
+
+
+def test_failing_point_is_recorded_and_the_sweep_goes_on(
+        tmp_path: Path, shared_cache: Path, broken_compression: str) -> None:
+    text = tiny_sweep(compression=[broken_compression, "none"])
+    report = run(text, tmp_path, shared_cache)
+    assert (report.failed, report.ok) == (1, 1)
+    failed = next(r for r in rows(tmp_path) if r["status"] == "failed")
+    assert failed["error_stage"] == "compress"
+    assert "deliberately broken compression" in failed["error"]
+    assert "Traceback" in failed["traceback"]
+
+    again = run(text, tmp_path, shared_cache)  # the failure is not retried silently
+    assert again.skipped_failed == 1 and again.ok == 1 and again.recomputed_nothing
+
+    retry = run(text, tmp_path, shared_cache, retry_failed=True)  # only the failure reruns
+    assert retry.failed == 1 and retry.ok == 0 and len(retry.rows) == 1
+
+
+def test_fail_fast_stops_at_first_failure(
+        tmp_path: Path, shared_cache: Path, broken_compression: str) -> None:
+    report = run(tiny_sweep(compression=[broken_compression, "none"]), tmp_path, shared_cache,
+                 fail_fast=True)
+    assert report.failed == 1 and report.ok == 0 and len(report.rows) == 1
+
+
+@pytest.fixture
+def interrupting_algorithm():
+    calls = {"n": 0}
+
+    @registry.register("algorithms", "test_interrupt_once",
+                       description="raises KeyboardInterrupt on first use, like a Ctrl-C")
+    def interrupt_once(params):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise KeyboardInterrupt
+        from dlas.algorithms.direct import DirectConv
+
+        return DirectConv()
+
+    yield "test_interrupt_once"
+    registry.unregister("algorithms", "test_interrupt_once")
+
+
+def test_interrupted_sweep_resumes_without_redoing_stages(
+        tmp_path: Path, interrupting_algorithm: str) -> None:
+    text = tiny_sweep(algorithms=[interrupting_algorithm])
+    first = run(text, tmp_path)
+    assert first.interrupted and first.ok == 0
+    assert first.computed["train"] == 1 and first.computed["compile"] == 0
+    assert rows(tmp_path) == []  # nothing half-done was recorded
+
+    second = run(text, tmp_path)
+    assert not second.interrupted and second.ok == 1
+    assert second.reused["train"] == 1 and second.reused["compress"] == 1
+    assert second.reused["import"] == 1
+    assert second.computed["train"] == 0 and second.computed["compile"] == 1
