@@ -1,0 +1,315 @@
+"""Compile an imported model with one convolution algorithm (layers 4 and 5 of the stack).
+
+Pipeline (each step is there for a reason):
+
+1. Bind parameters as constants (`BindParams`), so algorithms that transform weights at
+   compile time (packing, CSR) see their values.
+2. `DecomposeOpsForInference`: batch-norm becomes elementwise ops, so it fuses into the
+   conv's epilogue instead of being a separate tuple-returning kernel.
+3. `LegalizeOps` with every `relax.nn.conv2d` lowered by the algorithm's TE compute (a
+   conv the algorithm does not support gets TVM's default lowering, recorded in
+   `CompileResult.fallbacks`), all other ops by TVM's defaults. Each algorithm-made conv
+   block is tagged with its `ConvSpec` (see `dlas.algorithms.base.CONV_SPEC_ATTR`).
+4. TVM's fusion (`AnnotateTIROpPattern`, `FoldConstant`, `FuseOps`, `FuseTIR`), as in
+   the default CPU pipeline: conv + bias/batch-norm/ReLU/residual become one PrimFunc.
+5. `schedule_hook(mod, target)` if given (tuning plugs in here). It sees the fused,
+   *unscheduled* module, which is what MetaSchedule extracts tasks from and looks its
+   database up by. Any PrimFunc the hook changes, or marks `tirx.is_scheduled`, is kept.
+6. Minimal schedules (`dlas.compiler.minimal_schedule`) for every other PrimFunc: the
+   algorithm's own for conv blocks, thread-parallel loops for the rest.
+7. The rest of the default Relax CPU pipeline (no second legalization/fusion, which
+   would undo step 6), `tvm.compile`, `export_library` to `out_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import ir, relax, tirx
+from tvm.target import Target
+from tvm_ffi import structural_equal
+
+from ..algorithms.base import (
+    CONV_SPEC_ATTR,
+    RAW_WEIGHT,
+    ConvAlgorithm,
+    ConvSpec,
+    tag_conv_block,
+)
+from .minimal_schedule import schedule_prim_func
+from .relax_import import ImportedModel
+
+log = logging.getLogger(__name__)
+
+LIBRARY_FILE = "model.so"
+REPORT_FILE = "compile.json"
+SCHEDULED_ATTR = "tirx.is_scheduled"
+
+ScheduleHook = Callable[[tvm.IRModule, Target], tvm.IRModule]
+
+
+@dataclass
+class CompileResult:
+    """What `compile_model` produced and how."""
+
+    executable_path: Path
+    fallbacks: list[str]
+    conv_count: int
+    compile_seconds: float
+    #: Non-conv blocks the minimal schedule could not parallelize (they run serially).
+    schedule_warnings: list[str] = field(default_factory=list)
+    #: PrimFuncs left to `schedule_hook` (changed or marked scheduled by it).
+    hook_scheduled: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["executable_path"] = str(self.executable_path)
+        return out
+
+
+def make_target(target: dict | str | Target) -> Target:
+    """A TVM Target from the JSON dict form (CLI-style strings fail in TVM 0.27)."""
+    if isinstance(target, Target):
+        return target
+    if isinstance(target, str):
+        target = json.loads(target) if target.lstrip().startswith("{") else {"kind": target}
+    return Target(dict(target))
+
+
+def static_shape(ty) -> tuple[int, ...] | None:
+    """The static shape of a relax tensor type, or None if any dimension is symbolic."""
+    shape = getattr(ty, "shape", None)
+    if shape is None:
+        return None
+    dims = []
+    for dim in shape:
+        if not isinstance(dim, tirx.IntImm):
+            return None
+        dims.append(int(dim.value))
+    return tuple(dims)
+
+
+def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
+    """The ConvSpec of a relax conv2d call, or (None, reason) when it has none."""
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        return None, f"layout {layouts} is not NCHW/OIHW"
+    data_shape = static_shape(call.args[0].ty)
+    weight_shape = static_shape(call.args[1].ty)
+    if data_shape is None or weight_shape is None:
+        return None, "dynamic shape"
+    out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void") else ""
+    spec = ConvSpec(
+        data_shape=data_shape,
+        weight_shape=weight_shape,
+        strides=tuple(int(v) for v in attrs.strides),
+        padding=tuple(int(v) for v in attrs.padding),
+        dilation=tuple(int(v) for v in attrs.dilation),
+        groups=int(attrs.groups),
+        data_dtype=str(call.args[0].ty.dtype),
+        weight_dtype=str(call.args[1].ty.dtype),
+        out_dtype=out_dtype or str(call.ty.dtype),
+    )
+    return spec, None
+
+
+def constant_value(expr: relax.Expr) -> np.ndarray | None:
+    """The numpy value of a bound relax constant, None for anything else."""
+    if isinstance(expr, ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
+        return expr.value.numpy()
+    return None
+
+
+def describe(spec: ConvSpec) -> str:
+    kh, kw = spec.kernel_size
+    return (
+        f"{spec.data_shape}->{spec.out_shape} k{kh}x{kw} s{spec.strides} p{spec.padding} "
+        f"d{spec.dilation} g{spec.groups} {spec.data_dtype}"
+    )
+
+
+class ConvLegalizer:
+    """`customize_legalize_map` entry for relax.nn.conv2d that uses one algorithm."""
+
+    def __init__(self, algorithm: ConvAlgorithm) -> None:
+        self.algorithm = algorithm
+        self.default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
+        self.conv_count = 0
+        self.fallbacks: list[str] = []
+        #: PrimFunc name -> spec of every conv lowered by the algorithm.
+        self.made: dict[str, ConvSpec] = {}
+
+    def __call__(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+        index = self.conv_count
+        self.conv_count += 1
+        spec, reason = spec_from_call(call)
+        weight_value = constant_value(call.args[1])
+        if spec is not None:
+            spec.validate()
+            reason = self.algorithm.unsupported_reason(spec)
+            if reason is None and self.algorithm.needs_weight_value and weight_value is None:
+                reason = "weight is not a compile-time constant"
+        if reason is not None:
+            where = describe(spec) if spec is not None else "conv2d"
+            self.fallbacks.append(f"conv {index} {where}: {reason}; default TVM lowering")
+            return self.default(bb, call)
+        constants = self.algorithm.weight_constants(spec, weight_value)
+        if constants is None:
+            names, weights = [RAW_WEIGHT], [call.args[1]]
+        else:
+            names = list(constants)
+            weights = [relax.const(value) for value in constants.values()]
+        algorithm = self.algorithm
+
+        def conv_te(data, *weight_tensors):
+            return algorithm.compute(data, dict(zip(names, weight_tensors, strict=True)), spec)
+
+        conv_te.__name__ = f"dlas_{algorithm.name}_conv2d"
+        out = bb.call_te(conv_te, call.args[0], *weights)
+        self.made[out.args[0].name_hint] = spec
+        return out
+
+
+def _tag_convs(mod: tvm.IRModule, made: dict[str, ConvSpec], algorithm_name: str) -> tvm.IRModule:
+    for gvar, func in list(mod.functions_items()):
+        if gvar.name_hint in made:
+            sch = tvm.s_tir.Schedule(func)  # keeps the function's attributes
+            tag_conv_block(sch, algorithm_name, made[gvar.name_hint])
+            mod[gvar] = sch.mod["main"]
+    return mod
+
+
+def lower_to_tir(
+    imp_mod: tvm.IRModule,
+    params: dict[str, np.ndarray],
+    algorithm: ConvAlgorithm,
+    target: Target,
+) -> tuple[tvm.IRModule, ConvLegalizer]:
+    """Steps 1-4 of the pipeline: fused, unscheduled TIR plus the legalization record."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    legalizer = ConvLegalizer(algorithm)
+    with target:
+        mod = relax.transform.BindParams("main", params)(imp_mod)
+        mod = relax.transform.DecomposeOpsForInference()(mod)
+        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(target))(mod)
+        mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalizer})(
+            mod
+        )
+        mod = _tag_convs(mod, legalizer.made, algorithm.name)
+        mod = tvm.transform.Sequential(
+            [
+                relax.transform.AnnotateTIROpPattern(),
+                relax.transform.FoldConstant(),
+                relax.transform.FuseOps(),
+                relax.transform.FuseTIR(),
+                relax.transform.DeadCodeElimination(),
+            ]
+        )(mod)
+    return mod, legalizer
+
+
+def apply_minimal_schedules(
+    mod: tvm.IRModule,
+    algorithm: ConvAlgorithm,
+    target: Target,
+    skip: set[str] = frozenset(),
+) -> tuple[tvm.IRModule, list[str]]:
+    """Step 6: schedule every unscheduled PrimFunc not in `skip`; return warnings."""
+    from tvm.target.codegen import llvm_get_vector_width
+
+    vector_bits = llvm_get_vector_width(target) if target.kind.name == "llvm" else 256
+    vector_bits = vector_bits if vector_bits > 0 else 256
+    warnings: list[str] = []
+    with target:
+        for gvar, func in list(mod.functions_items()):
+            if not isinstance(func, tirx.PrimFunc) or gvar.name_hint in skip:
+                continue
+            if func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False):
+                continue
+            try:
+                scheduled, notes = schedule_prim_func(
+                    func, {algorithm.name: algorithm.schedule}, vector_bits
+                )
+            except Exception as err:
+                if CONV_SPEC_ATTR in func.script():
+                    raise  # a conv the algorithm claimed but cannot schedule: a bug, not a note
+                # e.g. a hand-written kernel without schedulable blocks: keep it as TVM made it
+                warnings.append(f"{gvar.name_hint}: not scheduled ({type(err).__name__}: {err})")
+                continue
+            warnings.extend(f"{gvar.name_hint}: {note}" for note in notes)
+            mod[gvar] = scheduled.with_attr(SCHEDULED_ATTR, True)
+    return mod, warnings
+
+
+def relax_finalize_pipeline(target: Target) -> tvm.transform.Pass:
+    """The default CPU Relax pipeline minus dispatch/legalization/fusion (done already)."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    @tvm.transform.module_pass(opt_level=0, name="DlasRelaxFinalize")
+    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        with target:
+            passes = cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+            return tvm.transform.Sequential(passes)(mod)
+
+    return _pipeline
+
+
+def compile_model(
+    imp: ImportedModel,
+    algorithm: ConvAlgorithm,
+    target: dict | str | Target,
+    out_dir: Path,
+    schedule_hook: ScheduleHook | None = None,
+) -> CompileResult:
+    """Compile `imp` with `algorithm` for `target` into `out_dir`."""
+    start = time.perf_counter()
+    tgt = make_target(target)
+    if tgt.kind.name != "llvm":
+        # The minimal schedules are CPU loop nests (parallel + vectorize); a GPU needs
+        # thread bindings, which nothing here provides yet.
+        raise NotImplementedError(f"only LLVM (CPU) targets are supported, got {tgt.kind.name}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    mod, legalizer = lower_to_tir(imp.mod, imp.params, algorithm, tgt)
+    hooked: set[str] = set()
+    if schedule_hook is not None:
+        before = {gv.name_hint: f for gv, f in mod.functions_items()}
+        mod = schedule_hook(mod, tgt)
+        for gvar, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc):
+                old = before.get(gvar.name_hint)
+                if old is None or not structural_equal(old, func):
+                    hooked.add(gvar.name_hint)
+    mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
+    executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_finalize_pipeline(tgt))
+    path = out_dir / LIBRARY_FILE
+    executable.export_library(str(path))
+    result = CompileResult(
+        executable_path=path,
+        fallbacks=legalizer.fallbacks,
+        conv_count=legalizer.conv_count,
+        compile_seconds=time.perf_counter() - start,
+        schedule_warnings=warnings,
+        hook_scheduled=sorted(hooked),
+    )
+    report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
+    (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))
+    for line in result.fallbacks:
+        log.warning("fallback: %s", line)
+    return result
+
+
+def load_compiled(path: Path, device: tvm.runtime.Device | None = None) -> relax.VirtualMachine:
+    """Load an exported library (from any process) as a Relax VM on `device` (CPU)."""
+    lib = tvm.runtime.load_module(str(path))
+    return relax.VirtualMachine(lib, device if device is not None else tvm.cpu())

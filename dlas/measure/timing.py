@@ -1,0 +1,113 @@
+"""Running and timing compiled models, with the DLAS paper's method.
+
+Paper method: batch size 1, TVM's time evaluator, warm-up run discarded, report the
+median of the samples (the caller takes the median; `time_vm` returns all samples).
+
+Threads: TVM's CPU thread pool is process-wide. It reads TVM_NUM_THREADS when first
+used and otherwise takes half the logical CPUs on x86 (1 thread on a 2-vCPU VM), so a
+measurement should say how many threads it uses: pass `num_threads` to `time_vm` /
+`run_batch`, or call `set_num_threads` once. Changing TVM_NUM_THREADS after the pool
+exists has no effect; `set_num_threads` reconfigures the live pool instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm_ffi import get_global_func
+
+ENTRY = "main"
+
+#: runtime.config_threadpool mode: threads share all listed CPUs (no per-thread pinning).
+_SHARE_ALL_CORES = -3
+
+
+def allowed_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def set_num_threads(num_threads: int) -> int:
+    """Resize TVM's CPU thread pool to `num_threads` workers; return the size it took.
+
+    Uses `runtime.config_threadpool` with an explicit CPU list, which (unlike
+    TVM_NUM_THREADS) also works after the pool was created and is not capped at half the
+    logical CPUs. Threads may float over all CPUs this process is allowed on.
+    """
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    os.environ["TVM_NUM_THREADS"] = str(num_threads)  # for child processes (RPC, builders)
+    cpus = [str(c) for c in allowed_cpus()]
+    get_global_func("runtime.config_threadpool")(_SHARE_ALL_CORES, int(num_threads), cpus)
+    return num_threads_in_use()
+
+
+def num_threads_in_use() -> int:
+    """Workers of TVM's CPU thread pool as it is configured now."""
+    return int(get_global_func("runtime.NumThreads")())
+
+
+def load_vm(
+    executable_path: Path, device: tvm.runtime.Device | None = None
+) -> relax.VirtualMachine:
+    """Load an exported library (see `dlas.compiler.build`) as a Relax VM."""
+    lib = tvm.runtime.load_module(str(executable_path))
+    return relax.VirtualMachine(lib, device if device is not None else tvm.cpu())
+
+
+def _first_tensor(out) -> np.ndarray:
+    """The model output as numpy (the first field when the VM returns a tuple)."""
+    while not hasattr(out, "numpy"):
+        out = out[0]
+    return out.numpy()
+
+
+def run_batch(
+    vm: relax.VirtualMachine,
+    inputs: np.ndarray,
+    device: tvm.runtime.Device | None = None,
+    num_threads: int | None = None,
+) -> np.ndarray:
+    """Run samples (N, C, H, W) through the batch-1 model one by one -> (N, classes) float32."""
+    if num_threads is not None:
+        set_num_threads(num_threads)
+    dev = device if device is not None else tvm.cpu()
+    outs = []
+    for i in range(inputs.shape[0]):
+        sample = tvm.runtime.tensor(np.ascontiguousarray(inputs[i : i + 1]), dev)
+        out = _first_tensor(vm[ENTRY](sample))
+        outs.append(out.reshape(1, -1))
+    return np.concatenate(outs, axis=0).astype(np.float32)
+
+
+def time_vm(
+    vm: relax.VirtualMachine,
+    input: np.ndarray,  # noqa: A002 - the name the rest of dlas calls it by
+    repeat: int,
+    number: int = 1,
+    warmup: int = 1,
+    device: tvm.runtime.Device | None = None,
+    num_threads: int | None = None,
+) -> list[float]:
+    """Seconds per inference, `repeat` samples, each the mean of `number` runs.
+
+    `warmup` runs are discarded first: the time evaluator always makes one, extra ones
+    are run before it. The whole VM entry function is timed (input already on the
+    device), as TVM's graph executor `run()` was in the paper.
+    """
+    if repeat < 1 or number < 1:
+        raise ValueError("repeat and number must be >= 1")
+    if num_threads is not None:
+        set_num_threads(num_threads)
+    dev = device if device is not None else tvm.cpu()
+    vm.set_input(ENTRY, tvm.runtime.tensor(np.ascontiguousarray(input), dev))
+    for _ in range(max(warmup, 1) - 1):
+        vm.invoke_stateful(ENTRY)
+    evaluator = vm.time_evaluator("invoke_stateful", dev, number=number, repeat=repeat)
+    return [float(t) for t in evaluator(ENTRY).results]
