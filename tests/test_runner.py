@@ -118,3 +118,37 @@ def test_interrupted_sweep_resumes_without_redoing_stages(
     assert second.reused["train"] == 1 and second.reused["compress"] == 1
     assert second.reused["import"] == 1
     assert second.computed["train"] == 0 and second.computed["compile"] == 1
+
+
+@pytest.fixture
+def flipped_kernel_algorithm():
+    """A plausible bug: true convolution (flipped kernel) instead of cross-correlation."""
+    from dlas.algorithms.direct import DirectConv
+
+    class FlippedKernelDirect(DirectConv):
+        name = "test_flipped_direct"
+        needs_weight_value = True
+
+        def weight_constants(self, spec, weight_value):
+            return {"weight": weight_value[:, :, ::-1, ::-1].copy()}
+
+    @registry.register("algorithms", "test_flipped_direct", description="wrong on purpose")
+    def flipped(params):
+        return FlippedKernelDirect()
+
+    yield "test_flipped_direct"
+    registry.unregister("algorithms", "test_flipped_direct")
+
+
+def test_verification_catches_a_wrong_kernel(
+        tmp_path: Path, shared_cache: Path, flipped_kernel_algorithm: str) -> None:
+    report = run(tiny_sweep(algorithms=[flipped_kernel_algorithm, "direct"]), tmp_path,
+                 shared_cache)
+    assert report.verification_failed == 1 and report.ok == 1
+    by_alg = {r["algorithm"]: r for r in rows(tmp_path)}
+    wrong = by_alg[flipped_kernel_algorithm]
+    assert wrong["status"] == "verification_failed" and wrong["verified"] == 0
+    assert "differs from PyTorch" in wrong["error"]
+    assert wrong["max_abs_diff"] > 1e-2
+    assert wrong["latency_median_ms"] is None  # a wrong variant is never reported as a time
+    assert by_alg["direct"]["verified"] == 1

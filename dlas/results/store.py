@@ -37,6 +37,7 @@ COLUMNS: dict[str, str] = {
     "latency_max_ms": "REAL",
     "latency_samples_ms": "TEXT",
     "measure_repeat": "INTEGER",
+    "threads": "INTEGER",
     "compile_s": "REAL",
     "tuning_s": "REAL",
     "params": "INTEGER",
@@ -61,7 +62,7 @@ COLUMNS: dict[str, str] = {
 #: Columns `dlas results` shows by default (the rest go to CSV).
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
-    "sparsity", "latency_median_ms", "latency_std_ms", "verified", "max_abs_diff",
+    "sparsity", "latency_median_ms", "latency_std_ms", "threads", "verified", "max_abs_diff",
     "compile_s", "error",
 ]
 

@@ -194,7 +194,8 @@ class Runner:
                 progress=self.progress,
                 evaluate=lambda m: evaluate(m, bundle.test),
                 fine_tune=lambda m, **kw: fine_tune(m, bundle, **{
-                    "batch_size": b.batch_size, "data_fraction": b.data_fraction,
+                    "lr": b.finetune_lr, "batch_size": b.batch_size,
+                    "data_fraction": b.data_fraction,
                     "seed": b.seed, "progress": self.progress, **kw}),
             )
             result = choice.option.fn(choice.params, copy.deepcopy(dense), ctx)
@@ -275,15 +276,19 @@ class Runner:
         return self._stage("compile", keys.compile, compute, load)
 
     def _measure(self, point: Point, keys: stages.StageKeys) -> dict[str, Any]:
-        from dlas.measure.timing import load_vm, run_batch, time_vm
+        from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm
         from dlas.measure.verify import verify_outputs
 
         _, ref_inputs, ref_outputs = self._import(point, keys)
         executable, _ = self._compile(point, keys)
         b = point.budgets
 
+        threads = stages.resolve_target(point).num_threads
+
         def compute(_tmp: Path, meta: dict[str, Any]) -> None:
             vm = load_vm(executable)
+            if threads:
+                meta["threads"] = set_num_threads(threads)
             got = run_batch(vm, ref_inputs)
             verification = verify_outputs(got, ref_outputs)
             meta["verification"] = verification.as_dict()
@@ -345,6 +350,7 @@ class Runner:
             conv_fallbacks=compile_meta["fallbacks"],
             verified=int(verification["passed"]),
             max_abs_diff=verification["max_abs_diff"],
+            threads=measured.get("threads"),
             top1_agreement=verification["top1_agreement"],
         )
         if not verification["passed"]:

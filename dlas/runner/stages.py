@@ -71,7 +71,7 @@ def stage_keys(point: Point) -> StageKeys:
                  data_fraction=b.data_fraction, batch_size=b.batch_size, max_lr=b.max_lr)
     compress = _key("compress", train=train, compression=c["compression"].identity(),
                     finetune_epochs=b.finetune_epochs, data_fraction=b.data_fraction,
-                    batch_size=b.batch_size, max_lr=b.max_lr)
+                    batch_size=b.batch_size, finetune_lr=b.finetune_lr)
     import_ = _key("import", compress=compress, verify_samples=b.verify_samples)
     target = resolve_target(point)
     compile_ = _key("compile", imported=import_, algorithm=c["algorithms"].identity(),

@@ -38,6 +38,7 @@ class Budgets(BaseModel):
     data_fraction: float = Field(1.0, gt=0, le=1, description="fraction of the training set")
     batch_size: int = Field(128, ge=1, description="training batch size")
     max_lr: float = Field(0.05, gt=0, description="one-cycle peak learning rate")
+    finetune_lr: float = Field(0.05, gt=0, description="fine-tuning one-cycle peak LR")
     tuning_trials: int = Field(0, ge=0, description="auto-scheduler trials (total)")
     measure_repeat: int = Field(150, ge=1, description="timed runs per point (paper: 150)")
     measure_number: int = Field(1, ge=1, description="calls averaged inside one timed run")

@@ -1,9 +1,11 @@
 """The contract of a tuning option (layer 5).
 
 A tuning option is `fn(params, ctx) -> ScheduleHook | None`. The hook receives the
-module after the algorithm's minimal schedules are applied and returns a (re)scheduled
-module; `None` means the untuned baseline: the algorithms' minimal thread-parallel
-schedules, as the paper's untuned points.
+lowered module *before* any schedule is applied (MetaSchedule extracts its tasks from, and
+looks its database up by, unscheduled PrimFuncs) and returns it with the functions it
+scheduled; every PrimFunc it leaves unchanged (and not marked `tirx.is_scheduled`) then
+gets the algorithms' minimal thread-parallel schedules. `None` means the untuned
+baseline: those minimal schedules everywhere, as the paper's untuned points.
 """
 
 from __future__ import annotations
