@@ -1,0 +1,165 @@
+"""Global L1 unstructured "weight pruning" of convolution weights, as in the paper.
+
+All Conv2d weights compete in one ranking by magnitude, so layers lose different shares
+of their weights; Linear layers, biases and BatchNorm are never pruned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils import prune
+
+from dlas.datasets.base import DatasetBundle
+
+
+def _conv_modules(model: nn.Module) -> list[nn.Conv2d]:
+    return [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+
+
+def _mask_of(module: nn.Module) -> torch.Tensor | None:
+    mask = getattr(module, "weight_mask", None)
+    return mask if isinstance(mask, torch.Tensor) else None
+
+
+def conv_sparsity(model: nn.Module) -> float:
+    """Fraction of Conv2d weights that are zero (masked or stored as zero)."""
+    zeros = total = 0
+    for module in _conv_modules(model):
+        weight = module.weight.detach()
+        zeros += int((weight == 0).sum())
+        total += weight.numel()
+    if total == 0:
+        raise ValueError("model has no Conv2d layers")
+    return zeros / total
+
+
+def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
+    """Mask the smallest-magnitude conv weights, ranked across all layers, until exactly
+    ``round(sparsity * n)`` of the ``n`` conv weights are zero.
+
+    Works in place and returns ``model``. Calling it again with a higher sparsity prunes
+    further (existing masks are kept; the ranking is over the surviving weights), which is
+    how the iterative schedule works. Masks stay attached (``weight_orig`` and
+    ``weight_mask``) so fine-tuning keeps pruned weights at zero; call
+    :func:`make_permanent` to bake them in.
+    """
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    convs = _conv_modules(model)
+    if not convs:
+        raise ValueError("model has no Conv2d layers to prune")
+    total = sum(m.weight.numel() for m in convs)
+    target = round(sparsity * total)
+    masked = sum(int((mask == 0).sum()) for m in convs if (mask := _mask_of(m)) is not None)
+    if masked > target:
+        raise ValueError(
+            f"model already has {masked / total:.4f} of conv weights masked, "
+            f"more than the requested {sparsity}"
+        )
+    # An integer amount is an exact count, taken from the weights still unmasked; weights
+    # that are already exactly zero rank first, so they are absorbed without overshoot.
+    prune.global_unstructured(
+        [(m, "weight") for m in convs],
+        pruning_method=prune.L1Unstructured,
+        amount=target - masked,
+    )
+    zeros = sum(int((m.weight == 0).sum()) for m in convs)
+    if zeros != target:
+        raise RuntimeError(
+            f"pruning left {zeros} zero conv weights instead of {target}: the model had more "
+            "exact zeros than the target sparsity allows"
+        )
+    return model
+
+
+def make_permanent(model: nn.Module) -> nn.Module:
+    """Remove pruning reparametrizations so the state_dict holds plain weight tensors
+    (with their zeros), as the exporters and compilers downstream expect."""
+    for module in model.modules():
+        for hook in list(module._forward_pre_hooks.values()):
+            if isinstance(hook, prune.BasePruningMethod):
+                prune.remove(module, hook._tensor_name)
+    return model
+
+
+def is_pruned(model: nn.Module) -> bool:
+    """Whether any module still carries a pruning mask."""
+    return any(
+        isinstance(hook, prune.BasePruningMethod)
+        for module in model.modules()
+        for hook in module._forward_pre_hooks.values()
+    )
+
+
+def _split_epochs(total: int, parts: int) -> list[int]:
+    """Split ``total`` epochs as evenly as possible; earlier levels get the remainder."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def iterative_weight_pruning(
+    model: nn.Module,
+    bundle: DatasetBundle,
+    levels: Sequence[float],
+    finetune_epochs: int,
+    *,
+    lr: float = 0.05,
+    batch_size: int = 128,
+    data_fraction: float = 1.0,
+    seed: int = 0,
+    checkpoint_dir: Path | None = None,
+    progress: bool = True,
+    permanent: bool = True,
+) -> tuple[nn.Module, list[dict[str, Any]]]:
+    """The paper's schedule: prune to each level in turn, fine-tuning after each step.
+
+    ``finetune_epochs`` is the total, split evenly over the levels (the paper: 210 for
+    CIFAR-10). Records hold the level, the measured conv sparsity and the test accuracy
+    after that level's fine-tuning. With a ``checkpoint_dir`` each level fine-tunes into
+    its own subfolder, so an interrupted schedule resumes: pruning is deterministic, and
+    finished levels just reload their result. The model is pruned in place; with
+    ``permanent`` the masks are removed at the end.
+    """
+    from dlas.models.training import evaluate, fine_tune
+
+    ordered = list(levels)
+    if not ordered:
+        raise ValueError("levels must not be empty")
+    if any(b <= a for a, b in zip(ordered, ordered[1:], strict=False)):
+        raise ValueError(f"levels must increase strictly, got {ordered}")
+    records: list[dict[str, Any]] = []
+    for index, (level, epochs) in enumerate(
+        zip(ordered, _split_epochs(finetune_epochs, len(ordered)), strict=True)
+    ):
+        prune_weights_global_l1(model, level)
+        if epochs > 0:
+            level_dir = None
+            if checkpoint_dir is not None:
+                level_dir = Path(checkpoint_dir) / f"level{index:02d}_{level:g}"
+            fine_tune(
+                model,
+                bundle,
+                epochs,
+                lr=lr,
+                batch_size=batch_size,
+                data_fraction=data_fraction,
+                seed=seed + index,
+                checkpoint_dir=level_dir,
+                progress=progress,
+            )
+        records.append(
+            {
+                "level": level,
+                "sparsity": conv_sparsity(model),
+                "accuracy": evaluate(model, bundle.test),
+                "finetune_epochs": epochs,
+            }
+        )
+    if permanent:
+        make_permanent(model)
+    return model, records
