@@ -8,7 +8,7 @@ import pytest
 
 from dlas import registry
 from dlas.results.store import ResultStore
-from dlas.runner.runner import RunReport, Runner, Workspace
+from dlas.runner.runner import Runner, RunReport, Workspace
 from dlas.sweep.config import parse_config
 from tests.conftest import tiny_sweep
 
@@ -152,3 +152,15 @@ def test_verification_catches_a_wrong_kernel(
     assert wrong["max_abs_diff"] > 1e-2
     assert wrong["latency_median_ms"] is None  # a wrong variant is never reported as a time
     assert by_alg["direct"]["verified"] == 1
+
+
+def test_missing_dataset_fails_its_points_with_where_it_looked(tmp_path: Path) -> None:
+    root = tmp_path / "no-cifar-here"
+    text = tiny_sweep().replace("datasets: [digits]", f"""datasets:
+  - name: cifar10
+    params: {{root: "{root}"}}""")
+    report = run(text, tmp_path)
+    assert report.failed == 1
+    (row,) = rows(tmp_path)
+    assert row["error_stage"] == "data"
+    assert "DatasetNotFoundError" in row["error"] and str(root) in row["error"]
