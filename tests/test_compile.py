@@ -20,7 +20,6 @@ from dlas.compiler.build import (
     CompileResult,
     apply_minimal_schedules,
     compile_model,
-    load_compiled,
     lower_to_tir,
     make_target,
 )
@@ -152,7 +151,7 @@ def test_compiled_matches_pytorch(compiled: CompileResult, model: nn.Module) -> 
     assert compiled.schedule_warnings == []
     assert compiled.compile_seconds > 0
     x = np.random.default_rng(0).standard_normal((3, *INPUT_SHAPE[1:])).astype(np.float32)
-    out = run_batch(load_compiled(compiled.executable_path), x)
+    out = run_batch(load_vm(compiled.executable_path), x)
     assert out.shape == (3, 10) and out.dtype == np.float32
     np.testing.assert_allclose(out, torch_out(model, x), rtol=1e-4, atol=1e-4)
 
@@ -229,7 +228,7 @@ def test_fallback_is_recorded_and_hook_sees_unscheduled_module(
     assert result.conv_count == NUM_CONVS
     assert result.schedule_warnings == []
     x = np.random.default_rng(2).standard_normal((2, *INPUT_SHAPE[1:])).astype(np.float32)
-    out = run_batch(load_compiled(result.executable_path), x)
+    out = run_batch(load_vm(result.executable_path), x)
     np.testing.assert_allclose(out, torch_out(model, x), rtol=1e-4, atol=1e-4)
 
 
@@ -247,7 +246,7 @@ def test_compile_time_weight_constants_reach_the_compute(
     result = compile_model(imported, PrepackedDirect(), host_target(2), tmp_path)
     assert result.fallbacks == [] and result.conv_count == NUM_CONVS
     x = np.random.default_rng(3).standard_normal((2, *INPUT_SHAPE[1:])).astype(np.float32)
-    out = run_batch(load_compiled(result.executable_path), x)
+    out = run_batch(load_vm(result.executable_path), x)
     np.testing.assert_allclose(out, torch_out(model, x), rtol=1e-4, atol=1e-4)
 
 

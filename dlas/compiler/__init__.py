@@ -16,7 +16,6 @@ _EXPORTS = {
     "load_imported": "relax_import",
     "CompileResult": "build",
     "compile_model": "build",
-    "load_compiled": "build",
     "make_target": "build",
 }
 

@@ -307,9 +307,3 @@ def compile_model(
     for line in result.fallbacks:
         log.warning("fallback: %s", line)
     return result
-
-
-def load_compiled(path: Path, device: tvm.runtime.Device | None = None) -> relax.VirtualMachine:
-    """Load an exported library (from any process) as a Relax VM on `device` (CPU)."""
-    lib = tvm.runtime.load_module(str(path))
-    return relax.VirtualMachine(lib, device if device is not None else tvm.cpu())

@@ -26,6 +26,8 @@ class CompressionContext:
     #: Survives interruptions: put fine-tuning checkpoints here to resume mid-way.
     scratch_dir: Path
     progress: bool = True
+    #: Report a finished fine-tuning epoch `(history_row, total_epochs)`; shows progress.
+    on_epoch: Callable[[dict[str, Any], int], None] | None = field(repr=False, default=None)
     evaluate: Callable[[torch.nn.Module], float] = field(repr=False, default=lambda m: 0.0)
     fine_tune: Callable[..., torch.nn.Module] = field(repr=False, default=lambda m, **k: m)
 

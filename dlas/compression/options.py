@@ -57,4 +57,5 @@ def weight_pruning(params: WeightPruningParams, model: nn.Module,
 def _fine_tune_kwargs(ctx: CompressionContext) -> dict[str, Any]:
     b = ctx.budgets
     return {"lr": b.finetune_lr, "batch_size": b.batch_size, "data_fraction": b.data_fraction,
-            "seed": b.seed, "progress": ctx.progress, "checkpoint_dir": ctx.scratch_dir}
+            "seed": b.seed, "progress": ctx.progress, "checkpoint_dir": ctx.scratch_dir,
+            "on_epoch": ctx.on_epoch}

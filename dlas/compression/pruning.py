@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.nn.utils import prune
 
 from dlas.datasets.base import DatasetBundle
+
+if TYPE_CHECKING:
+    from dlas.models.training import EpochReport
 
 
 def _conv_modules(model: nn.Module) -> list[nn.Conv2d]:
@@ -115,6 +118,7 @@ def iterative_weight_pruning(
     checkpoint_dir: Path | None = None,
     progress: bool = True,
     permanent: bool = True,
+    on_epoch: EpochReport | None = None,
 ) -> tuple[nn.Module, list[dict[str, Any]]]:
     """The paper's schedule: prune to each level in turn, fine-tuning after each step.
 
@@ -151,6 +155,7 @@ def iterative_weight_pruning(
                 seed=seed + index,
                 checkpoint_dir=level_dir,
                 progress=progress,
+                on_epoch=on_epoch,
             )
         records.append(
             {

@@ -19,7 +19,7 @@ import signal
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -197,22 +197,28 @@ class _Classifier(pl.LightningModule):
         self.total_seconds = float(state.get("seconds", 0.0))
 
 
+#: Called after every finished epoch with its history row and the epoch count.
+EpochReport = Callable[[dict[str, Any], int], None]
+
+
 class _EpochEnd(pl.Callback):
     """Records the epoch, then (optionally) writes ``last.ckpt`` atomically, so a crash
-    mid-write never leaves a truncated checkpoint behind."""
+    mid-write never leaves a truncated checkpoint behind, then reports the epoch."""
 
-    def __init__(self, checkpoint_dir: Path | None) -> None:
+    def __init__(self, checkpoint_dir: Path | None, on_epoch: EpochReport | None) -> None:
         self.checkpoint_dir = checkpoint_dir
+        self.on_epoch = on_epoch
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         assert isinstance(pl_module, _Classifier)
         pl_module.finish_epoch()
-        if self.checkpoint_dir is None:
-            return
-        final = self.checkpoint_dir / CHECKPOINT_NAME
-        partial = final.with_name(final.name + ".partial")
-        trainer.save_checkpoint(partial)
-        os.replace(partial, final)
+        if self.checkpoint_dir is not None:
+            final = self.checkpoint_dir / CHECKPOINT_NAME
+            partial = final.with_name(final.name + ".partial")
+            trainer.save_checkpoint(partial)
+            os.replace(partial, final)
+        if self.on_epoch is not None:
+            self.on_epoch(pl_module.history[-1], int(trainer.max_epochs or 0))
 
 
 @contextlib.contextmanager
@@ -265,6 +271,7 @@ def _fit(
     checkpoint_dir: Path | None,
     progress: bool,
     callbacks: Sequence[pl.Callback],
+    on_epoch: EpochReport | None = None,
 ) -> TrainResult:
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
@@ -343,7 +350,7 @@ def _fit(
             enable_progress_bar=progress,
             num_sanity_val_steps=0,
             default_root_dir=root,
-            callbacks=[*callbacks, _EpochEnd(checkpoint_dir)],
+            callbacks=[*callbacks, _EpochEnd(checkpoint_dir, on_epoch)],
         )
         model.train()
         previous_sigint = signal.getsignal(signal.SIGINT)
@@ -375,6 +382,7 @@ def train_model(
     checkpoint_dir: Path | None = None,
     progress: bool = True,
     callbacks: Sequence[pl.Callback] = (),
+    on_epoch: EpochReport | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``bundle.train``, validating on ``bundle.test`` each epoch.
 
@@ -396,6 +404,7 @@ def train_model(
         checkpoint_dir=checkpoint_dir,
         progress=progress,
         callbacks=callbacks,
+        on_epoch=on_epoch,
     )
 
 
@@ -432,6 +441,7 @@ def fine_tune(
     checkpoint_dir: Path | None = None,
     progress: bool = True,
     callbacks: Sequence[pl.Callback] = (),
+    on_epoch: EpochReport | None = None,
 ) -> TrainResult:
     """Fine-tune a pruned model with the training recipe (one cycle peaking at ``lr``).
 
@@ -453,6 +463,7 @@ def fine_tune(
             checkpoint_dir=checkpoint_dir,
             progress=progress,
             callbacks=callbacks,
+            on_epoch=on_epoch,
         )
     finally:
         for module in frozen:

@@ -76,6 +76,21 @@ class RunConsole:
         elif row.get("error"):
             detail = f" {row.get('error_stage') or ''}: {row['error']}"
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
+        fallbacks = row.get("conv_fallbacks") or []
+        if fallbacks:
+            self.out.print(f"    [yellow]{len(fallbacks)} conv(s) fell back to TVM's default "
+                           f"lowering[/] (recorded in conv_fallbacks):")
+            for line in fallbacks:
+                self.out.print(f"      {line}", markup=False)
+
+    def epoch_reporter(self, what: str) -> Callable[[dict[str, Any], int], None]:
+        """One line per finished epoch, so logs show training progress without a bar."""
+
+        def report(row: dict[str, Any], total: int) -> None:
+            self.out.print(f"      {what} epoch {row['epoch']}/{total}: loss {row['loss']:.4f}, "
+                           f"test accuracy {row['val_acc']:.3f} ({row['seconds']:.1f}s)")
+
+        return report
 
     @contextlib.contextmanager
     def activity(self, text: str) -> Iterator[None]:

@@ -160,7 +160,7 @@ class Runner:
                     model, bundle, b.epochs, batch_size=b.batch_size, max_lr=b.max_lr,
                     data_fraction=b.data_fraction, seed=b.seed,
                     checkpoint_dir=self.cache.scratch("train", keys.train),
-                    progress=self.progress,
+                    progress=self.progress, on_epoch=self.console.epoch_reporter("train"),
                 )
                 model, meta["history"] = result.model, result.history
             model.eval()
@@ -192,11 +192,12 @@ class Runner:
                 bundle=bundle, budgets=b, dense_accuracy=train_meta["accuracy"],
                 scratch_dir=self.cache.scratch("compress", keys.compress),
                 progress=self.progress,
+                on_epoch=self.console.epoch_reporter("fine-tune"),
                 evaluate=lambda m: evaluate(m, bundle.test),
                 fine_tune=lambda m, **kw: fine_tune(m, bundle, **{
                     "lr": b.finetune_lr, "batch_size": b.batch_size,
-                    "data_fraction": b.data_fraction,
-                    "seed": b.seed, "progress": self.progress, **kw}),
+                    "data_fraction": b.data_fraction, "seed": b.seed,
+                    "progress": self.progress, "on_epoch": ctx.on_epoch, **kw}),
             )
             result = choice.option.fn(choice.params, copy.deepcopy(dense), ctx)
             model = result.model.eval()
@@ -265,6 +266,7 @@ class Runner:
             meta.update(
                 executable=result.executable_path.name,
                 fallbacks=result.fallbacks,
+                schedule_warnings=result.schedule_warnings,
                 conv_count=result.conv_count,
                 compile_s=result.compile_seconds,
                 tvm_target=target.tvm_target,
