@@ -62,6 +62,8 @@ class RunConsole:
             self.out.print(f"    {name:<9} computing ... (key {key[:10]})")
         elif state == "done":
             self.out.print(f"    {name:<9} [green]computed[/] in {seconds:.1f}s")
+        elif state == "loaded":
+            self.out.print(f"    {name:<9} loaded in {seconds:.1f}s")
         elif state == "reused":
             self.out.print(f"    {name:<9} [cyan]reused[/] from cache")
 

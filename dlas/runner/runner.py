@@ -107,7 +107,8 @@ class Runner:
                 value = load(self.cache.path(name, key), self.cache.meta(name, key))
             else:
                 start = time.perf_counter()
-                self.console.stage(name, "running", key)
+                if persist:
+                    self.console.stage(name, "running", key)
                 meta: dict[str, Any] = {"stage": name, "key": key}
                 if persist:
                     with self.cache.write(name, key, meta) as tmp:
@@ -119,7 +120,7 @@ class Runner:
                 elapsed = time.perf_counter() - start
                 self.report.computed[name] += 1
                 self.report.seconds[name] += elapsed
-                self.console.stage(name, "done", key, elapsed)
+                self.console.stage(name, "done" if persist else "loaded", key, elapsed)
         except KeyboardInterrupt:
             raise
         except StageFailed:
