@@ -16,7 +16,7 @@ from dlas.compression.pruning import (
 )
 from dlas.datasets.digits import load_digits
 from dlas.models.cifar import mobilenetv2, resnet18
-from dlas.models.training import fine_tune, seed_all
+from dlas.models.training import FitSettings, fine_tune, seed_all
 
 
 def _conv_zeros(model: nn.Module) -> tuple[int, int]:
@@ -97,7 +97,7 @@ def test_fine_tune_keeps_permanent_zeros(digits) -> None:  # noqa: ANN001
     model = resnet18(width_multiplier=0.125)
     make_permanent(prune_weights_global_l1(model, 0.7))
     zero_mask = [m.weight == 0 for m in model.modules() if isinstance(m, nn.Conv2d)]
-    fine_tune(model, digits, 1, data_fraction=0.2, progress=False)
+    fine_tune(model, digits, 1, settings=FitSettings(data_fraction=0.2, progress=False))
     assert not is_pruned(model)  # temporary masks removed again
     now = [m.weight == 0 for m in model.modules() if isinstance(m, nn.Conv2d)]
     assert all(torch.equal(a, b) for a, b in zip(zero_mask, now, strict=True))
@@ -107,8 +107,8 @@ def test_iterative_schedule(digits, tmp_path) -> None:  # noqa: ANN001
     seed_all(0)
     model = resnet18(width_multiplier=0.125)
     model, records = iterative_weight_pruning(
-        model, digits, [0.5, 0.8], finetune_epochs=2, data_fraction=0.2, progress=False,
-        checkpoint_dir=tmp_path,
+        model, digits, [0.5, 0.8], finetune_epochs=2,
+        settings=FitSettings(data_fraction=0.2, progress=False, checkpoint_dir=tmp_path),
     )
     assert [r["level"] for r in records] == [0.5, 0.8]
     assert [r["finetune_epochs"] for r in records] == [1, 1]

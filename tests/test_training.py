@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from dlas.models.cifar import resnet18
 from dlas.models.training import (
     CHECKPOINT_NAME,
     CheckpointMismatchError,
+    FitSettings,
     evaluate,
     seed_all,
     train_model,
@@ -22,7 +24,7 @@ from dlas.models.training import (
 
 import pytorch_lightning as pl  # isort: skip  (after dlas, which makes torchvision importable)
 
-FAST = {"data_fraction": 0.3, "batch_size": 64, "progress": False}
+FAST = FitSettings(data_fraction=0.3, batch_size=64, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def test_one_epoch_learns(digits: DatasetBundle, tmp_path: Path,
                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     model = _tiny_model()
-    result = train_model(model, digits, 1, batch_size=64, progress=False)
+    result = train_model(model, digits, 1, settings=FitSettings(batch_size=64, progress=False))
     assert result.model is model and not model.training
     assert len(result.history) == 1
     record = result.history[0]
@@ -59,8 +61,8 @@ def test_one_epoch_learns(digits: DatasetBundle, tmp_path: Path,
 
 def test_training_is_deterministic(digits: DatasetBundle) -> None:
     a, b = _tiny_model(), _tiny_model()
-    train_model(a, digits, 1, **FAST)
-    train_model(b, digits, 1, **FAST)
+    train_model(a, digits, 1, settings=FAST)
+    train_model(b, digits, 1, settings=FAST)
     assert _same_weights(a, b)
 
 
@@ -73,29 +75,29 @@ class _Crash(pl.Callback):
 def test_resume_from_checkpoint(digits: DatasetBundle, tmp_path: Path,
                                 caplog: pytest.LogCaptureFixture) -> None:
     uninterrupted = _tiny_model()
-    expected = train_model(uninterrupted, digits, 2, **FAST)
+    expected = train_model(uninterrupted, digits, 2, settings=FAST)
 
     interrupted = _tiny_model()
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train_model(interrupted, digits, 2, checkpoint_dir=tmp_path, callbacks=[_Crash()],
-                    **FAST)
+        train_model(interrupted, digits, 2,
+                    settings=replace(FAST, checkpoint_dir=tmp_path, callbacks=[_Crash()]))
     assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]
 
     resumed = _tiny_model()
     with caplog.at_level(logging.WARNING, logger="dlas.models.training"):
-        result = train_model(resumed, digits, 2, checkpoint_dir=tmp_path, **FAST)
+        result = train_model(resumed, digits, 2, settings=replace(FAST, checkpoint_dir=tmp_path))
     assert "resuming training from epoch 2 of 2" in caplog.text
     assert [h["loss"] for h in result.history] == [h["loss"] for h in expected.history]
     assert _same_weights(resumed, uninterrupted)
 
     # A finished run just reloads.
     reloaded = _tiny_model()
-    again = train_model(reloaded, digits, 2, checkpoint_dir=tmp_path, **FAST)
+    again = train_model(reloaded, digits, 2, settings=replace(FAST, checkpoint_dir=tmp_path))
     assert _same_weights(reloaded, uninterrupted)
     assert len(again.history) == 2
 
     with pytest.raises(CheckpointMismatchError):
-        train_model(_tiny_model(), digits, 3, checkpoint_dir=tmp_path, **FAST)
+        train_model(_tiny_model(), digits, 3, settings=replace(FAST, checkpoint_dir=tmp_path))
 
 
 class _CtrlC(pl.Callback):
@@ -108,7 +110,7 @@ def test_ctrl_c_is_a_keyboard_interrupt(digits: DatasetBundle) -> None:
     # KeyboardInterrupt and their SIGINT handler back instead.
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt):
-        train_model(_tiny_model(), digits, 1, callbacks=[_CtrlC()], **FAST)
+        train_model(_tiny_model(), digits, 1, settings=replace(FAST, callbacks=[_CtrlC()]))
     assert signal.getsignal(signal.SIGINT) == before
 
 

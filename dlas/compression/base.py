@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from dlas.datasets.base import DatasetBundle
 from dlas.sweep.config import Budgets
+
+if TYPE_CHECKING:
+    from dlas.models.training import FitSettings
 
 
 @dataclass
@@ -23,13 +25,12 @@ class CompressionContext:
     bundle: DatasetBundle
     budgets: Budgets
     dense_accuracy: float
-    #: Survives interruptions: put fine-tuning checkpoints here to resume mid-way.
-    scratch_dir: Path
-    progress: bool = True
-    #: Report a finished fine-tuning epoch `(history_row, total_epochs)`; shows progress.
-    on_epoch: Callable[[dict[str, Any], int], None] | None = field(repr=False, default=None)
-    evaluate: Callable[[torch.nn.Module], float] = field(repr=False, default=lambda m: 0.0)
-    fine_tune: Callable[..., torch.nn.Module] = field(repr=False, default=lambda m, **k: m)
+    #: Batch size, data fraction, seed, a checkpoint dir that survives interruptions
+    #: (so fine-tuning resumes mid-way) and per-epoch progress reporting.
+    fit_settings: FitSettings
+    evaluate: Callable[[torch.nn.Module], float] = field(repr=False)
+    #: `fine_tune(model, epochs)`: the training recipe at the sweep's fine-tuning LR.
+    fine_tune: Callable[[torch.nn.Module, int], torch.nn.Module] = field(repr=False)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -48,14 +48,7 @@ def weight_pruning(params: WeightPruningParams, model: nn.Module,
 
     levels = params.steps or [params.sparsity]
     model, records = iterative_weight_pruning(
-        model, ctx.bundle, levels, ctx.budgets.finetune_epochs,
-        **_fine_tune_kwargs(ctx),
+        model, ctx.bundle, levels, ctx.budgets.finetune_epochs, lr=ctx.budgets.finetune_lr,
+        settings=ctx.fit_settings,
     )
     return CompressionResult(model, {"levels": records})
-
-
-def _fine_tune_kwargs(ctx: CompressionContext) -> dict[str, Any]:
-    b = ctx.budgets
-    return {"lr": b.finetune_lr, "batch_size": b.batch_size, "data_fraction": b.data_fraction,
-            "seed": b.seed, "progress": ctx.progress, "checkpoint_dir": ctx.scratch_dir,
-            "on_epoch": ctx.on_epoch}

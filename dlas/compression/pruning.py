@@ -7,6 +7,7 @@ of their weights; Linear layers, biases and BatchNorm are never pruned.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ from torch.nn.utils import prune
 from dlas.datasets.base import DatasetBundle
 
 if TYPE_CHECKING:
-    from dlas.models.training import EpochReport
+    from dlas.models.training import FitSettings
 
 
 def _conv_modules(model: nn.Module) -> list[nn.Conv2d]:
@@ -112,24 +113,21 @@ def iterative_weight_pruning(
     finetune_epochs: int,
     *,
     lr: float = 0.05,
-    batch_size: int = 128,
-    data_fraction: float = 1.0,
-    seed: int = 0,
-    checkpoint_dir: Path | None = None,
-    progress: bool = True,
+    settings: FitSettings | None = None,
     permanent: bool = True,
-    on_epoch: EpochReport | None = None,
 ) -> tuple[nn.Module, list[dict[str, Any]]]:
     """The paper's schedule: prune to each level in turn, fine-tuning after each step.
 
     ``finetune_epochs`` is the total, split evenly over the levels (the paper: 210 for
     CIFAR-10). Records hold the level, the measured conv sparsity and the test accuracy
-    after that level's fine-tuning. With a ``checkpoint_dir`` each level fine-tunes into
+    after that level's fine-tuning. With a ``settings.checkpoint_dir`` each level fine-tunes into
     its own subfolder, so an interrupted schedule resumes: pruning is deterministic, and
     finished levels just reload their result. The model is pruned in place; with
     ``permanent`` the masks are removed at the end.
     """
-    from dlas.models.training import evaluate, fine_tune
+    from dlas.models.training import FitSettings, evaluate, fine_tune
+
+    settings = settings or FitSettings()
 
     ordered = list(levels)
     if not ordered:
@@ -143,20 +141,11 @@ def iterative_weight_pruning(
         prune_weights_global_l1(model, level)
         if epochs > 0:
             level_dir = None
-            if checkpoint_dir is not None:
-                level_dir = Path(checkpoint_dir) / f"level{index:02d}_{level:g}"
-            fine_tune(
-                model,
-                bundle,
-                epochs,
-                lr=lr,
-                batch_size=batch_size,
-                data_fraction=data_fraction,
-                seed=seed + index,
-                checkpoint_dir=level_dir,
-                progress=progress,
-                on_epoch=on_epoch,
-            )
+            if settings.checkpoint_dir is not None:
+                level_dir = Path(settings.checkpoint_dir) / f"level{index:02d}_{level:g}"
+            level_settings = replace(settings, seed=settings.seed + index,
+                                     checkpoint_dir=level_dir)
+            fine_tune(model, bundle, epochs, lr=lr, settings=level_settings)
         records.append(
             {
                 "level": level,

@@ -56,6 +56,29 @@ class TrainResult:
     seconds: float = 0.0
 
 
+#: Called after every finished epoch with its history row and the epoch count.
+EpochReport = Callable[[dict[str, Any], int], None]
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    """How a fit runs, shared by training, fine-tuning and pruning schedules.
+
+    ``data_fraction`` trains on a seeded random subset of the training set. With a
+    ``checkpoint_dir``, ``last.ckpt`` is written there after every epoch and an existing
+    one is resumed (or, if finished, just loaded); a checkpoint from different settings
+    raises :class:`CheckpointMismatchError`. ``on_epoch`` reports each finished epoch.
+    """
+
+    batch_size: int = 128
+    data_fraction: float = 1.0
+    seed: int = 0
+    checkpoint_dir: Path | None = None
+    progress: bool = True
+    callbacks: Sequence[pl.Callback] = ()
+    on_epoch: EpochReport | None = None
+
+
 class CheckpointMismatchError(ValueError):
     """The checkpoint in ``checkpoint_dir`` was written by a run with other settings."""
 
@@ -197,10 +220,6 @@ class _Classifier(pl.LightningModule):
         self.total_seconds = float(state.get("seconds", 0.0))
 
 
-#: Called after every finished epoch with its history row and the epoch count.
-EpochReport = Callable[[dict[str, Any], int], None]
-
-
 class _EpochEnd(pl.Callback):
     """Records the epoch, then (optionally) writes ``last.ckpt`` atomically, so a crash
     mid-write never leaves a truncated checkpoint behind, then reports the epoch."""
@@ -264,15 +283,11 @@ def _fit(
     epochs: int,
     *,
     kind: str,
-    batch_size: int,
     max_lr: float,
-    data_fraction: float,
-    seed: int,
-    checkpoint_dir: Path | None,
-    progress: bool,
-    callbacks: Sequence[pl.Callback],
-    on_epoch: EpochReport | None = None,
+    settings: FitSettings,
 ) -> TrainResult:
+    batch_size, data_fraction, seed = settings.batch_size, settings.data_fraction, settings.seed
+    checkpoint_dir, progress = settings.checkpoint_dir, settings.progress
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
     train_set = _train_subset(bundle.train, data_fraction, seed)
@@ -350,7 +365,7 @@ def _fit(
             enable_progress_bar=progress,
             num_sanity_val_steps=0,
             default_root_dir=root,
-            callbacks=[*callbacks, _EpochEnd(checkpoint_dir, on_epoch)],
+            callbacks=[*settings.callbacks, _EpochEnd(checkpoint_dir, settings.on_epoch)],
         )
         model.train()
         previous_sigint = signal.getsignal(signal.SIGINT)
@@ -375,37 +390,16 @@ def train_model(
     bundle: DatasetBundle,
     epochs: int,
     *,
-    batch_size: int = 128,
     max_lr: float = 0.05,
-    data_fraction: float = 1.0,
-    seed: int = 0,
-    checkpoint_dir: Path | None = None,
-    progress: bool = True,
-    callbacks: Sequence[pl.Callback] = (),
-    on_epoch: EpochReport | None = None,
+    settings: FitSettings | None = None,
 ) -> TrainResult:
     """Train ``model`` in place on ``bundle.train``, validating on ``bundle.test`` each epoch.
 
-    ``data_fraction`` trains on a seeded random subset of the training set. With a
-    ``checkpoint_dir``, ``last.ckpt`` is written there after every epoch and an existing
-    one is resumed (or, if finished, just loaded); a checkpoint from different settings
-    raises :class:`CheckpointMismatchError`. Initial weights are the caller's: call
-    :func:`seed_all` before building the model for a fully reproducible run.
+    Initial weights are the caller's: call :func:`seed_all` before building the model for
+    a fully reproducible run.
     """
-    return _fit(
-        model,
-        bundle,
-        epochs,
-        kind="train",
-        batch_size=batch_size,
-        max_lr=max_lr,
-        data_fraction=data_fraction,
-        seed=seed,
-        checkpoint_dir=checkpoint_dir,
-        progress=progress,
-        callbacks=callbacks,
-        on_epoch=on_epoch,
-    )
+    return _fit(model, bundle, epochs, kind="train", max_lr=max_lr,
+                settings=settings or FitSettings())
 
 
 def _has_pruning(module: nn.Module, name: str) -> bool:
@@ -435,13 +429,7 @@ def fine_tune(
     epochs: int,
     *,
     lr: float = 0.05,
-    batch_size: int = 128,
-    data_fraction: float = 1.0,
-    seed: int = 0,
-    checkpoint_dir: Path | None = None,
-    progress: bool = True,
-    callbacks: Sequence[pl.Callback] = (),
-    on_epoch: EpochReport | None = None,
+    settings: FitSettings | None = None,
 ) -> TrainResult:
     """Fine-tune a pruned model with the training recipe (one cycle peaking at ``lr``).
 
@@ -451,24 +439,11 @@ def fine_tune(
     """
     frozen = _freeze_zero_weights(model)
     try:
-        result = _fit(
-            model,
-            bundle,
-            epochs,
-            kind="fine_tune",
-            batch_size=batch_size,
-            max_lr=lr,
-            data_fraction=data_fraction,
-            seed=seed,
-            checkpoint_dir=checkpoint_dir,
-            progress=progress,
-            callbacks=callbacks,
-            on_epoch=on_epoch,
-        )
+        return _fit(model, bundle, epochs, kind="fine_tune", max_lr=lr,
+                    settings=settings or FitSettings())
     finally:
         for module in frozen:
             prune.remove(module, "weight")
-    return result
 
 
 @torch.no_grad()

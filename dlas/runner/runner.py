@@ -27,7 +27,7 @@ from dlas.results.store import ResultStore
 from dlas.runner import stages
 from dlas.runner.cache import Cache
 from dlas.runner.console import RunConsole
-from dlas.sweep.config import SweepConfig
+from dlas.sweep.config import Budgets, SweepConfig
 from dlas.sweep.grid import Point, expand
 
 
@@ -132,6 +132,13 @@ class Runner:
         self._memo[memo_key] = value
         return value
 
+    def _fit_settings(self, b: Budgets, stage: str, key: str, what: str = "train") -> Any:
+        from dlas.models.training import FitSettings
+
+        return FitSettings(batch_size=b.batch_size, data_fraction=b.data_fraction, seed=b.seed,
+                           checkpoint_dir=self.cache.scratch(stage, key),
+                           progress=self.progress, on_epoch=self.console.epoch_reporter(what))
+
     # -- the stages --------------------------------------------------------------------
 
     def _data(self, point: Point, keys: stages.StageKeys) -> Any:
@@ -157,12 +164,8 @@ class Runner:
             model = choice.option.fn(choice.params, num_classes=bundle.num_classes,
                                      input_shape=bundle.input_shape)
             if b.epochs > 0:
-                result = train_model(
-                    model, bundle, b.epochs, batch_size=b.batch_size, max_lr=b.max_lr,
-                    data_fraction=b.data_fraction, seed=b.seed,
-                    checkpoint_dir=self.cache.scratch("train", keys.train),
-                    progress=self.progress, on_epoch=self.console.epoch_reporter("train"),
-                )
+                result = train_model(model, bundle, b.epochs, max_lr=b.max_lr,
+                                     settings=self._fit_settings(b, "train", keys.train))
                 model, meta["history"] = result.model, result.history
             model.eval()
             meta["accuracy"] = evaluate(model, bundle.test)
@@ -189,16 +192,13 @@ class Runner:
         choice = point.compression
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
+            settings = self._fit_settings(b, "compress", keys.compress, what="fine-tune")
             ctx = CompressionContext(
                 bundle=bundle, budgets=b, dense_accuracy=train_meta["accuracy"],
-                scratch_dir=self.cache.scratch("compress", keys.compress),
-                progress=self.progress,
-                on_epoch=self.console.epoch_reporter("fine-tune"),
+                fit_settings=settings,
                 evaluate=lambda m: evaluate(m, bundle.test),
-                fine_tune=lambda m, **kw: fine_tune(m, bundle, **{
-                    "lr": b.finetune_lr, "batch_size": b.batch_size,
-                    "data_fraction": b.data_fraction, "seed": b.seed,
-                    "progress": self.progress, "on_epoch": ctx.on_epoch, **kw}),
+                fine_tune=lambda m, epochs: fine_tune(m, bundle, epochs, lr=b.finetune_lr,
+                                                      settings=settings).model,
             )
             result = choice.option.fn(choice.params, copy.deepcopy(dense), ctx)
             model = result.model.eval()
