@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
 from dlas import registry
@@ -26,7 +27,8 @@ def _workspace(args: argparse.Namespace):  # -> Workspace (import kept lazy for 
 def _schema_summary(option: registry.Option) -> str:
     parts = []
     for name, field in option.params.model_fields.items():
-        kind = getattr(field.annotation, "__name__", str(field.annotation)).replace("typing.", "")
+        ann = field.annotation
+        kind = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
         default = "required" if field.is_required() else f"={field.default!r}"
         parts.append(f"{name}: {kind} {default}")
     return "; ".join(parts) or "-"
@@ -40,7 +42,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         for col in ("option", "description", "parameters", "version", "from"):
             table.add_column(col, overflow="fold")
         for opt in registry.list_options(layer):
-            table.add_row(opt.name, opt.description, _schema_summary(opt), opt.version, opt.source)
+            cells = (opt.name, opt.description, _schema_summary(opt), opt.version, opt.source)
+            table.add_row(*(escape(c) for c in cells))  # "list[float]" is not rich markup
         console.print(table)
     return 0
 
@@ -60,7 +63,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     runnable = 0
     for i, point in enumerate(points, 1):
         if point.blocked:
-            status = f"[yellow]not runnable[/]: {point.blocked}"
+            status = f"[yellow]not runnable[/]: {escape(point.blocked)}"
         else:
             runnable += 1
             keys = stage_keys(point)
@@ -70,7 +73,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 status = "all stages cached"
             else:
                 status = f"cached: {', '.join(cached)}" if cached else "nothing cached"
-        table.add_row(str(i), *point.labels().values(), status)
+        table.add_row(str(i), *map(escape, point.labels().values()), status)
     console.print(table)
     console.print(f"{len(points)} points: {runnable} runnable, {len(points) - runnable} not "
                   f"runnable; cache {ws.cache_dir}")

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
 
 @register("algorithms", "direct",
           description="direct convolution: sliding window over NCHW, no data reshaping; "
-                      "minimal schedule parallel over batch x out-channels")
+                      "minimal schedule: parallel over batch x out-channels, output width "
+                      "vectorized")
 def direct(params: NoParams) -> ConvAlgorithm:
     from dlas.algorithms.direct import DirectConv
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -46,15 +47,16 @@ class RunConsole:
 
     def sweep_header(self, config: SweepConfig, points: list[Point], workspace: Workspace) -> None:
         blocked = sum(1 for p in points if p.blocked)
-        self.out.print(f"[bold]sweep '{config.name}'[/]: {len(points)} points "
+        self.out.print(f"[bold]sweep '{escape(config.name)}'[/]: {len(points)} points "
                        f"({blocked} not runnable); workspace {workspace.root}")
 
     def point_start(self, i: int, n: int, point: Point) -> None:
-        self.out.print(f"[bold][{i}/{n}][/] {point.describe()}")
+        self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}")
 
     def point_skipped(self, i: int, n: int, point: Point, previous: dict[str, Any]) -> None:
-        self.out.print(f"[bold][{i}/{n}][/] {point.describe()}: [red]failed earlier[/] "
-                       f"({previous.get('error_stage')}: {previous.get('error')}); "
+        error = escape(f"({previous.get('error_stage')}: {previous.get('error')})")
+        self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}: [red]failed earlier[/] "
+                       f"{error}; "
                        "re-run with --retry-failed to try again")
 
     def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
@@ -76,7 +78,7 @@ class RunConsole:
                       f"{_fmt(row['accuracy'])}, max |diff| vs PyTorch "
                       f"{row['max_abs_diff']:.2e}")
         elif row.get("error"):
-            detail = f" {row.get('error_stage') or ''}: {row['error']}"
+            detail = escape(f" {row.get('error_stage') or ''}: {row['error']}")
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
         fallbacks = row.get("conv_fallbacks") or []
         if fallbacks:
@@ -154,9 +156,9 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
             elif col == "verified":
                 cells.append("-" if value is None else ("yes" if value else "NO"))
             elif col == "error" and value:
-                cells.append(str(value)[:120])
+                cells.append(escape(str(value)[:120]))
             else:
-                cells.append(_fmt(value, 4))
+                cells.append(escape(_fmt(value, 4)))
         table.add_row(*cells)
     return table
 
