@@ -46,6 +46,8 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert dense["sparsity"] == pytest.approx(0.0)
     assert pruned["sparsity"] == pytest.approx(0.9, abs=1e-3)
     assert pruned["nonzero_params"] < dense["nonzero_params"]
+    assert [lvl["level"] for lvl in pruned["compression_info"]["levels"]] == [0.9]
+    assert len(dense["train_history"]) == 1 and "val_acc" in dense["train_history"][0]
 
     second = run(text, tmp_path)
     assert second.ok == 2 and second.recomputed_nothing

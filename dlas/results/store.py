@@ -49,6 +49,8 @@ COLUMNS: dict[str, str] = {
     "max_abs_diff": "REAL",
     "top1_agreement": "REAL",
     "conv_fallbacks": "TEXT",
+    "train_history": "TEXT",
+    "compression_info": "TEXT",
     "error_stage": "TEXT",
     "error": "TEXT",
     "traceback": "TEXT",
@@ -66,7 +68,8 @@ SUMMARY_COLUMNS = [
     "compile_s", "error",
 ]
 
-JSON_COLUMNS = {"latency_samples_ms", "conv_fallbacks", "stage_seconds", "config", "environment"}
+JSON_COLUMNS = {"latency_samples_ms", "conv_fallbacks", "train_history", "compression_info",
+                "stage_seconds", "config", "environment"}
 
 
 class ResultStore:

@@ -351,6 +351,8 @@ class Runner:
             size_bytes=comp_meta["size_bytes"],
             compile_s=compile_meta["compile_s"], tuning_s=compile_meta["tuning_s"],
             conv_fallbacks=compile_meta["fallbacks"],
+            train_history=train_meta.get("history"),
+            compression_info=comp_meta["info"],
             verified=int(verification["passed"]),
             max_abs_diff=verification["max_abs_diff"],
             threads=measured.get("threads"),
