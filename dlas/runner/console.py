@@ -24,7 +24,7 @@ _STATUS_STYLE = {"ok": "green", "failed": "red", "verification_failed": "red bol
 
 def make_console() -> Console:
     """Rich console; when output is not a terminal (logs, CI), wide enough not to fold."""
-    width = None if sys.stdout.isatty() else 200
+    width = None if sys.stdout.isatty() else 240
     # no `file`: rich then writes to whatever sys.stdout is at print time
     return Console(highlight=False, soft_wrap=True, width=width)
 
