@@ -39,8 +39,9 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 class RunConsole:
     def __init__(self, progress: bool = True, console: Console | None = None) -> None:
-        self.progress = progress
         self.out = console or make_console()
+        #: Live bars only on a terminal; in logs they would be noise, so lines replace them.
+        self.progress = progress and self.out.is_terminal
 
     def note(self, text: str) -> None:
         self.out.print(text)
@@ -87,8 +88,10 @@ class RunConsole:
             for line in fallbacks:
                 self.out.print(f"      {line}", markup=False)
 
-    def epoch_reporter(self, what: str) -> Callable[[dict[str, Any], int], None]:
-        """One line per finished epoch, so logs show training progress without a bar."""
+    def epoch_reporter(self, what: str) -> Callable[[dict[str, Any], int], None] | None:
+        """One line per finished epoch where no live bar shows it (logs, --no-progress)."""
+        if self.progress:
+            return None
 
         def report(row: dict[str, Any], total: int) -> None:
             self.out.print(f"      {what} epoch {row['epoch']}/{total}: loss {row['loss']:.4f}, "

@@ -84,8 +84,8 @@ class Runner:
                  console: RunConsole | None = None) -> None:
         self.workspace = workspace
         self.cache = Cache(workspace.cache_dir)
-        self.progress = progress
         self.console = console or RunConsole(progress=progress)
+        self.progress = self.console.progress
         self._memo: dict[tuple[str, str], Any] = {}
         self.report = RunReport()
 
