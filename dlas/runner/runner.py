@@ -91,39 +91,18 @@ class Runner:
 
     # -- stage machinery ---------------------------------------------------------------
 
-    def _stage(self, name: str, key: str, compute: Callable[[Path, dict[str, Any]], None],
-               load: Callable[[Path, dict[str, Any]], Any], *, persist: bool = True) -> Any:
+    def _memoized(self, name: str, key: str, produce: Callable[[], Any]) -> Any:
+        """Produce a stage output once per run; a failure is remembered and re-raised for
+        every dependant point instead of being retried."""
         memo_key = (name, key)
         if memo_key in self._memo:
             value = self._memo[memo_key]
             if isinstance(value, StageFailed):
                 raise value
-            self.console.stage(name, "shared", key)
             return value
         try:
-            if persist and self.cache.has(name, key):
-                self.report.reused[name] += 1
-                self.console.stage(name, "reused", key)
-                value = load(self.cache.path(name, key), self.cache.meta(name, key))
-            else:
-                start = time.perf_counter()
-                if persist:
-                    self.console.stage(name, "running", key)
-                meta: dict[str, Any] = {"stage": name, "key": key}
-                if persist:
-                    with self.cache.write(name, key, meta) as tmp:
-                        compute(tmp, meta)
-                        meta["seconds"] = time.perf_counter() - start
-                    value = load(self.cache.path(name, key), self.cache.meta(name, key))
-                else:
-                    value = compute(Path(), meta)
-                elapsed = time.perf_counter() - start
-                self.report.computed[name] += 1
-                self.report.seconds[name] += elapsed
-                self.console.stage(name, "done" if persist else "loaded", key, elapsed)
-        except KeyboardInterrupt:
-            raise
-        except StageFailed:
+            value = produce()
+        except (KeyboardInterrupt, StageFailed):
             raise
         except Exception as exc:
             failure = StageFailed(name, exc, traceback.format_exc())
@@ -131,6 +110,32 @@ class Runner:
             raise failure from exc
         self._memo[memo_key] = value
         return value
+
+    def _computed(self, name: str, start: float) -> float:
+        elapsed = time.perf_counter() - start
+        self.report.computed[name] += 1
+        self.report.seconds[name] += elapsed
+        return elapsed
+
+    def _stage(self, name: str, key: str, compute: Callable[[Path, dict[str, Any]], None],
+               load: Callable[[Path, dict[str, Any]], Any]) -> Any:
+        """A cached stage: load its entry if present, else compute it into the cache."""
+
+        def produce() -> Any:
+            if self.cache.has(name, key):
+                self.report.reused[name] += 1
+                self.console.stage(name, "reused", key)
+            else:
+                self.console.stage(name, "running", key)
+                start = time.perf_counter()
+                meta: dict[str, Any] = {"stage": name, "key": key}
+                with self.cache.write(name, key, meta) as tmp:
+                    compute(tmp, meta)
+                    meta["seconds"] = time.perf_counter() - start
+                self.console.stage(name, "done", key, self._computed(name, start))
+            return load(self.cache.path(name, key), self.cache.meta(name, key))
+
+        return self._memoized(name, key, produce)
 
     def _fit_settings(self, b: Budgets, stage: str, key: str, what: str = "train") -> Any:
         from dlas.models.training import FitSettings
@@ -142,12 +147,16 @@ class Runner:
     # -- the stages --------------------------------------------------------------------
 
     def _data(self, point: Point, keys: stages.StageKeys) -> Any:
+        """Datasets are their own cache (files on disk); loading is memoized, not stored."""
         choice = point.datasets
 
-        def compute(_tmp: Path, _meta: dict[str, Any]) -> Any:
-            return choice.option.fn(choice.params, seed=point.budgets.seed)
+        def produce() -> Any:
+            start = time.perf_counter()
+            bundle = choice.option.fn(choice.params, seed=point.budgets.seed)
+            self.console.stage("data", "loaded", keys.data, self._computed("data", start))
+            return bundle
 
-        return self._stage("data", keys.data, compute, lambda p, m: None, persist=False)
+        return self._memoized("data", keys.data, produce)
 
     def _train(self, point: Point, keys: stages.StageKeys) -> tuple[Any, dict[str, Any]]:
         import torch
