@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -64,35 +63,6 @@ def test_digits_calibration_and_fixed_batch(digits: DatasetBundle) -> None:
 
 
 # --- CIFAR-10 -----------------------------------------------------------------------
-
-def _write_batch(path: Path, images: np.ndarray, labels: list[int]) -> None:
-    entry = {
-        "batch_label": path.name,
-        "labels": labels,
-        "data": images.reshape(len(labels), 3 * 32 * 32),
-        "filenames": [f"img{i}.png" for i in range(len(labels))],
-    }
-    with open(path, "wb") as f:
-        pickle.dump(entry, f)
-
-
-@pytest.fixture
-def tiny_cifar(tmp_path: Path) -> Path:
-    """A CIFAR-10 folder in the real format (pickled dicts), 4 images per training batch."""
-    folder = tmp_path / BASE_FOLDER
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for i in range(1, 6):
-        images = rng.integers(0, 256, size=(4, 3, 32, 32), dtype=np.uint8)
-        _write_batch(folder / f"data_batch_{i}", images, [(i + k) % 10 for k in range(4)])
-    test_images = rng.integers(0, 256, size=(6, 3, 32, 32), dtype=np.uint8)
-    _write_batch(folder / "test_batch", test_images, list(range(6)))
-    meta = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
-                            "horse", "ship", "truck"], "num_cases_per_batch": 4}
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump(meta, f)
-    return tmp_path
-
 
 def test_cifar10_loads_torchvision_format(tiny_cifar: Path) -> None:
     # The files are not the official release, so their md5s differ: skip the check.

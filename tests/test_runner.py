@@ -166,3 +166,27 @@ def test_missing_dataset_fails_its_points_with_where_it_looked(tmp_path: Path) -
     (row,) = rows(tmp_path)
     assert row["error_stage"] == "data"
     assert "DatasetNotFoundError" in row["error"] and str(root) in row["error"]
+
+
+def test_cifar10_and_mobilenetv2_run_through_tvm(tmp_path: Path, tiny_cifar: Path) -> None:
+    """The built-in options not exercised above, compiled by TVM and checked vs PyTorch."""
+    text = f"""
+name: builtins
+datasets:
+  - name: cifar10
+    params: {{root: "{tiny_cifar}", verify_md5: false}}
+models:
+  - name: mobilenetv2
+    params: {{width_multiplier: 0.25}}
+compression:
+  - name: weight_pruning
+    params: {{sparsity: 0.5}}
+budgets: {{epochs: 1, finetune_epochs: 1, batch_size: 8, measure_repeat: 3,
+          verify_samples: 4}}
+"""
+    report = run(text, tmp_path / "ws")
+    assert report.ok == 1, report.rows[0].get("error")
+    (row,) = rows(tmp_path / "ws")
+    assert row["verified"] == 1 and row["top1_agreement"] == 1.0
+    assert row["sparsity"] == pytest.approx(0.5, abs=1e-3)
+    assert row["conv_fallbacks"] == []
