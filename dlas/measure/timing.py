@@ -20,17 +20,12 @@ import tvm
 from tvm import relax
 from tvm_ffi import get_global_func
 
+from dlas.targets.host import allowed_cpus
+
 ENTRY = "main"
 
 #: runtime.config_threadpool mode: threads share all listed CPUs (no per-thread pinning).
 _SHARE_ALL_CORES = -3
-
-
-def allowed_cpus() -> list[int]:
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
 
 
 def set_num_threads(num_threads: int) -> int:

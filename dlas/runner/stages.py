@@ -12,11 +12,13 @@ algorithm and target.
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
+from dlas import registry
 from dlas.results.environment import machine_fingerprint
-from dlas.sweep.grid import Point, digest
+from dlas.sweep.grid import Point, canonical_json, digest
 from dlas.targets.base import TargetSpec
 
 STAGES = ("data", "train", "compress", "import", "compile", "measure")
@@ -27,18 +29,12 @@ STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 1, "import": 1, "compile": 
 
 @functools.cache
 def _resolve_target_cached(name: str, version: str, params_json: str) -> TargetSpec:
-    import json
-
-    from dlas import registry
-
     option = registry.get("targets", name)
     return option.fn(option.parse_params(json.loads(params_json)))
 
 
 def resolve_target(point: Point) -> TargetSpec:
     """The target's concrete spec (host detection runs once per process)."""
-    from dlas.sweep.grid import canonical_json
-
     choice = point.targets
     return _resolve_target_cached(
         choice.name, choice.option.version, canonical_json(choice.identity()["params"])

@@ -40,12 +40,16 @@ def _cpuinfo() -> dict[str, str]:
     return info
 
 
-def available_cores() -> int:
-    """CPUs this process may run on (respects taskset / cgroup affinity)."""
+def allowed_cpus() -> list[int]:
+    """CPU ids this process may run on (respects taskset / cgroup affinity)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return list(range(os.cpu_count() or 1))
+
+
+def available_cores() -> int:
+    return len(allowed_cpus())
 
 
 def _llvm_cpu() -> str | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlas.registry import register
@@ -21,10 +19,10 @@ class HostParams(BaseModel):
 def host(params: HostParams) -> TargetSpec:
     from dlas.targets.host import detect_host_cpu, host_target
 
-    threads = params.threads or os.cpu_count() or 1
+    cpu = detect_host_cpu()
+    threads = params.threads or cpu["cores"]
     target = host_target(num_threads=threads)
     if params.mcpu:
         target = {**target, "mcpu": params.mcpu}
-    cpu = detect_host_cpu()
     return TargetSpec(name="host", tvm_target=target, device="cpu", num_threads=threads,
                       fingerprint={"cpu": cpu.get("model")})
