@@ -1,0 +1,1 @@
+"""Reduced-precision compression options (float16, int8); registered via its own entry point."""
