@@ -86,3 +86,34 @@ def tiny_cifar(tmp_path: Path) -> Path:
     with open(folder / "batches.meta", "wb") as f:
         pickle.dump(meta, f)
     return tmp_path
+
+
+TINY_IMAGENET_CLASSES = ("n01440764", "n01443537", "n01484850")
+TINY_IMAGENET_PER_CLASS = 5
+
+
+def write_image_folder(folder: Path, classes: tuple[str, ...], per_class: int) -> None:
+    """JPEGs in ``folder/<class>/``: a grey centre with red bands at the left and right
+    edges that a resize-256, center-crop-224 transform cuts away entirely (the bands are 32
+    of 320 columns at 256 high, or twice that at 512 high; the crop drops 48). The grey is
+    ``40 + 10 * image index within the class``, ``image index`` counting from 0."""
+    from PIL import Image
+
+    for c, wnid in enumerate(classes):
+        (folder / wnid).mkdir(parents=True)
+        for i in range(per_class):
+            scale = 1 + (i + c) % 2  # 320x256 or 640x512: the resize must do its part
+            width, height, band = 320 * scale, 256 * scale, 32 * scale
+            pixels = np.full((height, width, 3), 40 + 10 * i, dtype=np.uint8)
+            pixels[:, :band] = pixels[:, width - band:] = (255, 0, 0)
+            name = f"ILSVRC2012_val_{c * per_class + i:08d}.JPEG"
+            Image.fromarray(pixels).save(folder / wnid / name, quality=95)
+
+
+@pytest.fixture
+def tiny_imagenet(tmp_path: Path) -> Path:
+    """An ImageNet root in the layout dlas reads (``<root>/val/<wnid>/*.JPEG``): 3 classes of
+    5 generated images (see write_image_folder)."""
+    root = tmp_path / "imagenet"
+    write_image_folder(root / "val", TINY_IMAGENET_CLASSES, TINY_IMAGENET_PER_CLASS)
+    return root

@@ -1,4 +1,5 @@
-"""Datasets: the offline digits set and CIFAR-10 loading from torchvision's file format."""
+"""Datasets: the offline digits set, CIFAR-10 in torchvision's file format and the ImageNet
+validation set as an ImageFolder, all on data the tests write."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlas.datasets.base import DatasetBundle, DatasetNotFoundError, fixed_batch
+from dlas import registry
+from dlas._compat import import_torchvision
+from dlas.datasets import imagenet as imagenet_module
+from dlas.datasets.base import (
+    DatasetBundle,
+    DatasetNotFoundError,
+    EvaluationOnlyError,
+    fixed_batch,
+)
 from dlas.datasets.cifar10 import BASE_FOLDER, MEAN, STD, load_cifar10
 from dlas.datasets.digits import load_digits
+from dlas.datasets.imagenet import load_imagenet
+from tests.conftest import TINY_IMAGENET_CLASSES, TINY_IMAGENET_PER_CLASS
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +118,126 @@ def test_cifar10_partial_folder_lists_missing_files(tiny_cifar: Path) -> None:
     (tiny_cifar / BASE_FOLDER / "test_batch").unlink()
     with pytest.raises(DatasetNotFoundError, match="test_batch"):
         load_cifar10(tiny_cifar, verify_md5=False)
+
+
+def test_cifar10_download_is_a_no_op_when_the_files_are_there(
+    tiny_cifar: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tv = import_torchvision()
+
+    def no_network(*args: object, **kwargs: object) -> None:
+        raise AssertionError("download attempted although the files are present")
+
+    monkeypatch.setattr(tv.datasets.cifar, "download_and_extract_archive", no_network)
+    bundle = load_cifar10(tiny_cifar, download=True, verify_md5=False)
+    assert len(bundle.test) == 6
+
+
+def test_cifar10_failed_download_says_where_to_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from urllib.error import URLError
+
+    tv = import_torchvision()
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(tv.datasets.cifar, "download_and_extract_archive", offline)
+    with pytest.raises(DatasetNotFoundError) as info:
+        registry.create("datasets", "cifar10", {"root": str(tmp_path), "download": True})
+    message = str(info.value)
+    assert "name resolution" in message
+    assert str(tmp_path / BASE_FOLDER) in message and "copy" in message
+
+
+# --- ImageNet -----------------------------------------------------------------------
+
+GREY_AT = {i: 40 + 10 * i for i in range(TINY_IMAGENET_PER_CLASS)}  # see write_image_folder
+
+
+def _grey_of(path: str) -> int:
+    index = int(Path(path).stem.rsplit("_", 1)[1]) % TINY_IMAGENET_PER_CLASS
+    return GREY_AT[index]
+
+
+def test_imagenet_eval_transform_resizes_crops_and_normalizes(tiny_imagenet: Path) -> None:
+    bundle = load_imagenet(tiny_imagenet, heldout_per_class=1)
+    assert bundle.name == "imagenet" and bundle.input_shape == (3, 224, 224)
+    assert bundle.num_classes == 3
+    assert len(bundle.test) == 3 * (TINY_IMAGENET_PER_CLASS - 1)
+    mean = torch.tensor(imagenet_module.MEAN)[:, None, None]
+    std = torch.tensor(imagenet_module.STD)[:, None, None]
+    for index in range(len(bundle.test)):
+        x, y = bundle.test[index]
+        path = bundle.test.paths[index]
+        assert x.shape == (3, 224, 224) and x.dtype == torch.float32
+        assert y == TINY_IMAGENET_CLASSES.index(Path(path).parent.name)
+        # Uniform grey: the red edge bands were cropped away, not squeezed in, at both sizes.
+        pixels = x * std + mean
+        assert torch.allclose(pixels, torch.full_like(pixels, _grey_of(path) / 255), atol=0.02)
+
+
+def test_imagenet_subset_is_fixed_per_seed_and_disjoint(tiny_imagenet: Path) -> None:
+    a = load_imagenet(tiny_imagenet, images_per_class=2, heldout_per_class=1, seed=0)
+    again = load_imagenet(tiny_imagenet, images_per_class=2, heldout_per_class=1, seed=0)
+    other = load_imagenet(tiny_imagenet, images_per_class=2, heldout_per_class=1, seed=1)
+    assert a.test.paths == again.test.paths
+    assert a.calibration is not None and a.calibration.paths == again.calibration.paths
+    assert a.test.paths != other.test.paths
+    assert len(a.test) == 6 and len(a.calibration) == 3
+    assert not set(a.test.paths) & set(a.calibration.paths)
+    for paths, per_class in ((a.test.paths, 2), (a.calibration.paths, 1)):
+        classes = [Path(p).parent.name for p in paths]
+        assert sorted(classes) == sorted(TINY_IMAGENET_CLASSES * per_class)
+    # The full test set is everything not held out.
+    full = load_imagenet(tiny_imagenet, heldout_per_class=1, seed=0)
+    assert full.calibration is not None and full.calibration.paths == a.calibration.paths
+    assert set(a.test.paths) < set(full.test.paths)
+    assert len(full.test) + len(full.calibration) == 3 * TINY_IMAGENET_PER_CLASS
+    none_held = load_imagenet(tiny_imagenet, heldout_per_class=0)
+    assert none_held.calibration is None and len(none_held.test) == 15
+
+
+def test_imagenet_is_evaluation_only_unless_allowed(tiny_imagenet: Path) -> None:
+    bundle = load_imagenet(tiny_imagenet, images_per_class=1)
+    with pytest.raises(EvaluationOnlyError, match="allow_finetune"):
+        len(bundle.train)
+    with pytest.raises(EvaluationOnlyError, match="evaluation-only"):
+        bundle.train[0]
+    tuned = load_imagenet(tiny_imagenet, images_per_class=1, heldout_per_class=2,
+                          allow_finetune=True)
+    assert tuned.calibration is not None
+    assert tuned.train.paths == tuned.calibration.paths and len(tuned.train) == 6
+    torch.manual_seed(0)
+    x, _ = tuned.train[0]
+    assert x.shape == (3, 224, 224)
+    with pytest.raises(ValueError, match="heldout_per_class"):
+        load_imagenet(tiny_imagenet, heldout_per_class=0, allow_finetune=True)
+
+
+def test_imagenet_asks_for_more_images_than_a_class_has(tiny_imagenet: Path) -> None:
+    with pytest.raises(ValueError, match="has 5 images"):
+        load_imagenet(tiny_imagenet, images_per_class=5, heldout_per_class=1)
+
+
+def test_imagenet_root_may_be_the_val_folder(tiny_imagenet: Path) -> None:
+    bundle = registry.create("datasets", "imagenet",
+                             {"root": str(tiny_imagenet / "val"), "images_per_class": 1})
+    assert bundle.num_classes == 3 and len(bundle.test) == 3
+
+
+def test_imagenet_missing_root_names_path_and_layout(tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError) as info:
+        registry.create("datasets", "imagenet", {"root": str(tmp_path / "nowhere")})
+    message = str(info.value)
+    assert str(tmp_path / "nowhere" / "val") in message
+    assert "<root>/val/<wnid>/" in message and "`root`" in message
+
+
+def test_imagenet_unsorted_val_folder_is_explained(tmp_path: Path) -> None:
+    val = tmp_path / "val"
+    val.mkdir()
+    (val / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"not sorted yet")
+    with pytest.raises(DatasetNotFoundError, match="not sorted into class folders"):
+        load_imagenet(tmp_path)

@@ -15,12 +15,17 @@ class DatasetNotFoundError(FileNotFoundError):
     """
 
 
+class EvaluationOnlyError(RuntimeError):
+    """Training or fine-tuning was asked of a dataset that has no training split."""
+
+
 @dataclass
 class DatasetBundle:
     """Train/test splits plus the facts models and compilers need (classes, input shape).
 
-    ``calibration`` is a fixed slice of the training images, served with the test-time
-    transform (no augmentation), kept for post-training int8 calibration.
+    ``calibration`` is a fixed slice of images disjoint from ``test`` (the training images,
+    or for evaluation-only ImageNet a held-out slice of the validation images), served with
+    the test-time transform (no augmentation), kept for post-training int8 calibration.
     """
 
     name: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,3 +40,33 @@ def cifar10(params: Cifar10Params, seed: int = 0) -> DatasetBundle:
 
     return load_cifar10(params.root, download=params.download, verify_md5=params.verify_md5,
                         seed=seed)
+
+
+class ImageNetParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    root: str = Field("data/imagenet",
+                      description="folder holding val/<wnid>/*.JPEG (or the val folder itself)")
+    images_per_class: int | None = Field(
+        None, ge=1, description="test on this many images per class (a seeded, fixed subset); "
+                                "default: all not held out")
+    heldout_per_class: int = Field(
+        1, ge=0, description="validation images per class held out of the test for int8 "
+                             "calibration")
+    allow_finetune: bool = Field(
+        False, description="let fine-tuning use the held-out images (otherwise training on "
+                           "this evaluation-only dataset is an error)")
+    interpolation: Literal["bilinear", "bicubic"] = Field(
+        "bilinear", description="resize filter; EfficientNet-B0's published accuracy used "
+                                "bicubic")
+
+
+@register("datasets", "imagenet", params=ImageNetParams, tags={"imagenet"},
+          description="ImageNet validation set (224x224, 1000 classes), evaluation-only: "
+                      "resize 256, center-crop 224, ImageNet mean/std")
+def imagenet(params: ImageNetParams, seed: int = 0) -> DatasetBundle:
+    from dlas.datasets.imagenet import load_imagenet
+
+    return load_imagenet(params.root, images_per_class=params.images_per_class,
+                         heldout_per_class=params.heldout_per_class,
+                         allow_finetune=params.allow_finetune,
+                         interpolation=params.interpolation, seed=seed)
