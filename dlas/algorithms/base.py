@@ -37,6 +37,16 @@ CONV_ALGORITHM_ATTR = "dlas.conv_algorithm"
 #: Name of the single weight input when an algorithm reads the raw OIHW weight.
 RAW_WEIGHT = "weight"
 
+#: (data, weight, out) dtypes every built-in algorithm computes: float32, float16 (with
+#: float16 or float32 accumulation) and int8 inputs accumulated in int32.
+SUPPORTED_DTYPES = frozenset({
+    ("float32", "float32", "float32"),
+    ("float16", "float16", "float16"),
+    ("float16", "float16", "float32"),
+    ("uint8", "int8", "int32"),
+    ("int8", "int8", "int32"),
+})
+
 
 @dataclass(frozen=True)
 class ConvSpec:
@@ -137,7 +147,18 @@ class ConvAlgorithm(ABC):
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
         """None if this algorithm computes `spec`; otherwise a one-line reason.
 
-        The compiler records the reason and lowers that conv with TVM's default instead.
+        The compiler records the reason and lowers that conv with `fallback()` (or TVM's
+        default when there is none).
+        """
+        dtypes = (spec.data_dtype, spec.weight_dtype, spec.out_dtype)
+        if dtypes not in SUPPORTED_DTYPES:
+            return f"dtypes (data, weight, out) = {dtypes} not supported"
+        return None
+
+    def fallback(self) -> ConvAlgorithm | None:
+        """The algorithm for convs this one does not support (documented per option).
+
+        None means TVM's default lowering. Either way the compiler records each fallback.
         """
         return None
 
@@ -202,7 +223,7 @@ def conv_prim_func(
         weights = {k: te.placeholder(v.shape, str(v.dtype), name=k) for k, v in constants.items()}
         arrays = list(constants.values())
     out = algorithm.compute(data, weights, spec)
-    func = te.create_prim_func([data, *weights.values(), out])
+    func = flatten_extern_blocks(te.create_prim_func([data, *weights.values(), out]))
     sch = s_tir.Schedule(func)
     block = tag_conv_block(sch, algorithm.name, spec)
     if schedule:
@@ -213,10 +234,55 @@ def conv_prim_func(
 def tag_conv_block(
     sch: s_tir.Schedule, algorithm_name: str, spec: ConvSpec
 ) -> s_tir.schedule.SBlockRV:
-    """Annotate the block that writes the function's output as a dlas conv; return it."""
-    blocks = sch.get_output_blocks(sch.get_sblock(sch.mod["main"].body.block.name_hint))
+    """Annotate the block that writes the function's output as a dlas conv; return it.
+
+    Nested blocks (a CSR row block holding its update block) count once, as the outer one.
+    """
+    root = sch.get_sblock(sch.mod["main"].body.block.name_hint)
+    top = {sch.get(b).name_hint for b in sch.get_child_blocks(root)}
+    blocks = [b for b in sch.get_output_blocks(root) if sch.get(b).name_hint in top]
     if len(blocks) != 1:
         raise ValueError(f"conv compute must have exactly one output block, got {len(blocks)}")
     sch.annotate(blocks[0], CONV_SPEC_ATTR, spec.to_json())
     sch.annotate(blocks[0], CONV_ALGORITHM_ATTR, algorithm_name)
     return blocks[0]
+
+
+def flatten_extern_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """Drop the opaque wrapper blocks `te.extern` puts around a TIR-written stage.
+
+    CSR kernels are written in TIR (their reduction extent is data-dependent, which TE's
+    nesting cannot schedule well) and enter TE through `te.extern`; `create_prim_func`
+    wraps them in an "extern" block holding a second "root". Without the wrappers the
+    kernel's blocks are ordinary children of the function's root, like any TE stage.
+    """
+    realize = func.body
+    if not isinstance(realize, s_tir.SBlockRealize):
+        return func
+    root = realize.block
+    body = _unwrap(root.body)
+    if body.same_as(root.body):
+        return func
+    new_root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, body,
+                            root.init, root.alloc_buffers, root.match_buffers,
+                            root.annotations)
+    return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, new_root))
+
+
+def _is_wrapper(stmt: tirx.Stmt) -> bool:
+    if not isinstance(stmt, s_tir.SBlockRealize):
+        return False
+    block = stmt.block
+    return (block.name_hint in ("extern", "root") and not block.iter_vars
+            and not block.alloc_buffers and not block.match_buffers and block.init is None)
+
+
+def _unwrap(stmt: tirx.Stmt) -> tirx.Stmt:
+    if _is_wrapper(stmt):
+        return _unwrap(stmt.block.body)
+    if isinstance(stmt, tirx.SeqStmt):
+        parts = [_unwrap(s) for s in stmt.seq]
+        if all(a.same_as(b) for a, b in zip(parts, stmt.seq, strict=True)):
+            return stmt
+        return tirx.SeqStmt(parts)
+    return stmt

@@ -42,6 +42,7 @@ from ..algorithms.base import (
     RAW_WEIGHT,
     ConvAlgorithm,
     ConvSpec,
+    flatten_extern_blocks,
     tag_conv_block,
 )
 from .minimal_schedule import schedule_prim_func
@@ -145,45 +146,61 @@ class ConvLegalizer:
         self.default = tvm.ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")
         self.conv_count = 0
         self.fallbacks: list[str] = []
-        #: PrimFunc name -> spec of every conv lowered by the algorithm.
-        self.made: dict[str, ConvSpec] = {}
+        #: PrimFunc name -> (algorithm name, spec) of every conv lowered by an algorithm.
+        self.made: dict[str, tuple[str, ConvSpec]] = {}
+        #: The algorithms that lowered convs: the chosen one and its fallback, if used.
+        self.used: dict[str, ConvAlgorithm] = {}
 
     def __call__(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         index = self.conv_count
         self.conv_count += 1
         spec, reason = spec_from_call(call)
         weight_value = constant_value(call.args[1])
+        algorithm = self.algorithm
         if spec is not None:
             spec.validate()
-            reason = self.algorithm.unsupported_reason(spec)
-            if reason is None and self.algorithm.needs_weight_value and weight_value is None:
-                reason = "weight is not a compile-time constant"
+            reason = self._reason(algorithm, spec, weight_value)
+            fallback = algorithm.fallback() if reason is not None else None
+            if fallback is not None and self._reason(fallback, spec, weight_value) is None:
+                self.fallbacks.append(
+                    f"conv {index} {describe(spec)}: {algorithm.name}: {reason}; "
+                    f"computed with {fallback.name}")
+                algorithm, reason = fallback, None
         if reason is not None:
             where = describe(spec) if spec is not None else "conv2d"
             self.fallbacks.append(f"conv {index} {where}: {reason}; default TVM lowering")
             return self.default(bb, call)
-        constants = self.algorithm.weight_constants(spec, weight_value)
+        self.used[algorithm.name] = algorithm
+        constants = algorithm.weight_constants(spec, weight_value)
         if constants is None:
             names, weights = [RAW_WEIGHT], [call.args[1]]
         else:
             names = list(constants)
             weights = [relax.const(value) for value in constants.values()]
-        algorithm = self.algorithm
 
         def conv_te(data, *weight_tensors):
             return algorithm.compute(data, dict(zip(names, weight_tensors, strict=True)), spec)
 
         conv_te.__name__ = f"dlas_{algorithm.name}_conv2d"
         out = bb.call_te(conv_te, call.args[0], *weights)
-        self.made[out.args[0].name_hint] = spec
+        self.made[out.args[0].name_hint] = (algorithm.name, spec)
         return out
 
+    @staticmethod
+    def _reason(algorithm: ConvAlgorithm, spec: ConvSpec,
+                weight_value: np.ndarray | None) -> str | None:
+        reason = algorithm.unsupported_reason(spec)
+        if reason is None and algorithm.needs_weight_value and weight_value is None:
+            reason = "weight is not a compile-time constant"
+        return reason
 
-def _tag_convs(mod: tvm.IRModule, made: dict[str, ConvSpec], algorithm_name: str) -> tvm.IRModule:
+
+def _tag_convs(mod: tvm.IRModule, made: dict[str, tuple[str, ConvSpec]]) -> tvm.IRModule:
     for gvar, func in list(mod.functions_items()):
         if gvar.name_hint in made:
-            sch = tvm.s_tir.Schedule(func)  # keeps the function's attributes
-            tag_conv_block(sch, algorithm_name, made[gvar.name_hint])
+            algorithm_name, spec = made[gvar.name_hint]
+            sch = tvm.s_tir.Schedule(flatten_extern_blocks(func))  # keeps the attributes
+            tag_conv_block(sch, algorithm_name, spec)
             mod[gvar] = sch.mod["main"]
     return mod
 
@@ -205,7 +222,7 @@ def lower_to_tir(
         mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalizer})(
             mod
         )
-        mod = _tag_convs(mod, legalizer.made, algorithm.name)
+        mod = _tag_convs(mod, legalizer.made)
         mod = tvm.transform.Sequential(
             [
                 relax.transform.AnnotateTIROpPattern(),
@@ -224,7 +241,12 @@ def apply_minimal_schedules(
     target: Target,
     skip: set[str] = frozenset(),
 ) -> tuple[tvm.IRModule, list[str]]:
-    """Step 6: schedule every unscheduled PrimFunc not in `skip`; return warnings."""
+    """Step 6: schedule every unscheduled PrimFunc not in `skip`; return warnings.
+
+    Convs are scheduled by the algorithm that made them: `algorithm` or its fallback.
+    """
+    algorithms = [a for a in (algorithm, algorithm.fallback()) if a is not None]
+    schedulers = {a.name: a.schedule for a in algorithms}
     from tvm.target.codegen import llvm_get_vector_width
 
     vector_bits = llvm_get_vector_width(target) if target.kind.name == "llvm" else 256
@@ -237,9 +259,7 @@ def apply_minimal_schedules(
             if func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False):
                 continue
             try:
-                scheduled, notes = schedule_prim_func(
-                    func, {algorithm.name: algorithm.schedule}, vector_bits
-                )
+                scheduled, notes = schedule_prim_func(func, schedulers, vector_bits)
             except Exception as err:
                 if CONV_SPEC_ATTR in func.script():
                     raise  # a conv the algorithm claimed but cannot schedule: a bug, not a note
@@ -305,5 +325,7 @@ def compile_model(
     report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))
     for line in result.fallbacks:
-        log.warning("fallback: %s", line)
+        # a documented fallback algorithm is expected; TVM's own lowering is worth a warning
+        level = logging.WARNING if line.endswith("default TVM lowering") else logging.INFO
+        log.log(level, "fallback: %s", line)
     return result

@@ -1,4 +1,4 @@
-"""The direct convolution: sliding window over NCHW, with its minimal parallel schedule."""
+"""The direct convolution, dense and CSR: sliding window over NCHW, no data reshaping."""
 
 from __future__ import annotations
 
@@ -7,37 +7,25 @@ from collections.abc import Mapping
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
-from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
-from .compute import conv2d_nchw_direct
-from .schedule import schedule_direct
-
-#: dtype combinations (data, weight, out) the direct conv is tested with.
-SUPPORTED_DTYPES = {
-    ("float32", "float32", "float32"),
-    ("float16", "float16", "float16"),
-    ("float16", "float16", "float32"),
-    ("uint8", "int8", "int32"),
-    ("int8", "int8", "int32"),
-}
+from ..base import RAW_WEIGHT, SUPPORTED_DTYPES, ConvAlgorithm, ConvSpec
+from ..csr import DATA, INDICES, INDPTR, CSRFormat
+from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr
+from .schedule import schedule_direct, schedule_direct_csr
 
 
 class DirectConv(ConvAlgorithm):
     """Direct convolution (`compute.py`) with the minimal schedule of `schedule.py`.
 
-    `vectorize=False` keeps only the thread parallelism (no SIMD over the output width):
-    about 8x slower on a CIFAR ResNet18 with AVX-512, useful to separate the two effects.
+    Computes every conv kind (strides, padding, dilation, grouped, depthwise), which is
+    why other algorithms fall back to it. `vectorize=False` keeps only the thread
+    parallelism (no SIMD over the output width): about 8x slower on a CIFAR ResNet18 with
+    AVX-512, useful to separate the two effects.
     """
 
     name = "direct"
 
     def __init__(self, vectorize: bool = True) -> None:
         self.vectorize = vectorize
-
-    def unsupported_reason(self, spec: ConvSpec) -> str | None:
-        dtypes = (spec.data_dtype, spec.weight_dtype, spec.out_dtype)
-        if dtypes not in SUPPORTED_DTYPES:
-            return f"dtypes (data, weight, out) = {dtypes} not supported"
-        return None
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
@@ -48,4 +36,20 @@ class DirectConv(ConvAlgorithm):
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)
 
 
-__all__ = ["DirectConv", "conv2d_nchw_direct", "schedule_direct"]
+class DirectCSRConv(CSRFormat, ConvAlgorithm):
+    """Direct convolution over a CSR weight: every conv kind, zeros skipped."""
+
+    name = "direct_csr"
+
+    def compute(
+        self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+    ) -> te.Tensor:
+        return conv2d_nchw_direct_csr(data, weights[DATA], weights[INDICES], weights[INDPTR],
+                                      spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return schedule_direct_csr(sch, block, spec)
+
+
+__all__ = ["SUPPORTED_DTYPES", "DirectCSRConv", "DirectConv", "conv2d_nchw_direct",
+           "schedule_direct"]

@@ -1,6 +1,6 @@
-"""Minimal schedule of the direct convolution (untuned; the paper's baseline).
+"""Minimal schedules of the direct convolution, dense and CSR (untuned; the paper's baseline).
 
-What it does, and nothing more:
+Dense (`schedule_direct`), and nothing more:
 
 1. Output block `conv2d_nchw_direct`, loops (n, o, y, x, rc, ry, rx): fuse n and o into
    one loop and run it in parallel across the runtime's threads, so each thread computes
@@ -13,32 +13,26 @@ What it does, and nothing more:
 3. Padding stage `data_pad` (if any): fuse its leading loops in parallel and vectorize its
    innermost loop.
 
+CSR (`schedule_direct_csr`): the row block's (n, o) loops in parallel; inside, the loop
+over the row's non-zeros is outermost and the output width x is vectorized (see
+`schedule_util.schedule_csr_rows`); padding as above.
+
 No tiling, no unrolling, no cache stages, no layout change: everything else is left to
 tuning. Loops over the batch stay part of the parallel loop, so batch > 1 also scales.
 """
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 from tvm.s_tir.schedule import LoopRV, SBlockRV
-from tvm.target import Target
-from tvm.target.codegen import llvm_get_vector_width
 
-from ...compiler.minimal_schedule import block_name, is_parallelized, parallelize_block
 from ..base import ConvSpec
-from .compute import PAD_NAME
-
-#: Vector width assumed when no LLVM target is current (AVX2).
-DEFAULT_VECTOR_BITS = 256
-
-
-def target_vector_bits() -> int:
-    """SIMD width of the current LLVM target (the compiler schedules inside `with target`)."""
-    target = Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm":
-        return DEFAULT_VECTOR_BITS
-    bits = llvm_get_vector_width(target)
-    return bits if bits > 0 else DEFAULT_VECTOR_BITS
+from ..schedule_util import (
+    parallel_outer,
+    parallelize_producers,
+    schedule_csr_rows,
+    vectorize_under_reduction,
+)
 
 
 def schedule_direct(
@@ -50,17 +44,15 @@ def schedule_direct(
 ) -> LoopRV:
     """Schedule the direct conv whose output block is `block`; return the parallel loop."""
     n, o, y, x, rc, ry, rx = sch.get_loops(block)
-    outer = sch.fuse(n, o)
-    sch.parallel(outer)
-    if vectorize and spec.out_shape[3] > 1:
-        sch.reorder(rc, ry, rx, x)
-        sch.vectorize(x)
-        init = sch.decompose_reduction(block, rc)
-        init_x = sch.get_loops(init)[-1]
-        if sch.get(init_x).kind != tirx.ForKind.VECTORIZED:
-            sch.vectorize(init_x)
-    bits = target_vector_bits()
-    for producer in sch.get_producers(block):
-        if block_name(sch, producer).startswith(PAD_NAME) and not is_parallelized(sch, producer):
-            parallelize_block(sch, producer, bits)
+    outer = parallel_outer(sch, [n, o])
+    if vectorize:
+        vectorize_under_reduction(sch, block, [rc, ry, rx], [x], spec.out_dtype)
+    parallelize_producers(sch, block)
+    return outer
+
+
+def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """Schedule the direct CSR conv whose row block is `block`; return the parallel loop."""
+    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
+    parallelize_producers(sch, block)
     return outer

@@ -1,0 +1,55 @@
+"""The GEMM convolution (im2col + matrix multiplication), dense and CSR."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from tvm import s_tir, te
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from ..base import ConvAlgorithm, ConvSpec
+from ..csr import DATA, INDICES, INDPTR, CSRFormat
+from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr, im2col
+from .schedule import schedule_gemm, schedule_gemm_csr
+
+
+class GemmConv(ConvAlgorithm):
+    """im2col + GEMM, every conv kind (grouped and depthwise as per-group GEMMs).
+
+    The weight is reshaped to (O, Cg*KH*KW) at compile time when it is a constant.
+    """
+
+    name = "gemm"
+
+    def weight_constants(
+        self, spec: ConvSpec, weight_value: np.ndarray | None
+    ) -> dict[str, np.ndarray] | None:
+        if weight_value is None:
+            return None  # reshape by index arithmetic on the raw weight instead
+        return {WEIGHT_2D: np.ascontiguousarray(weight_value.reshape(spec.out_channels, -1))}
+
+    def compute(
+        self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+    ) -> te.Tensor:
+        return conv2d_nchw_gemm(data, dict(weights), spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return schedule_gemm(sch, block, spec)
+
+
+class GemmCSRConv(CSRFormat, ConvAlgorithm):
+    """im2col + CSR-sparse x dense matrix product; every conv kind, zeros skipped."""
+
+    name = "gemm_csr"
+
+    def compute(
+        self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+    ) -> te.Tensor:
+        return conv2d_nchw_gemm_csr(data, weights[DATA], weights[INDICES], weights[INDPTR], spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return schedule_gemm_csr(sch, block, spec)
+
+
+__all__ = ["GemmCSRConv", "GemmConv", "im2col"]

@@ -1,0 +1,123 @@
+"""TE computes of the GEMM convolution (im2col + matrix multiplication), dense and CSR.
+
+im2col lays the input out as the (Cg*KH*KW) x (OH*OW) matrix of every receptive field,
+per image and group:
+
+    col[n, g, k, p] = pad(data)[n, g*Cg + c(k), y(p)*sh + ky(k)*dh, x(p)*sw + kx(k)*dw]
+
+with k = (c, ky, kx) in row-major OIHW order and p = y*OW + x. The convolution is then
+the matrix product of the weight reshaped to (O, Cg*KH*KW) with that matrix, group by
+group (a grouped conv is a batch of GEMMs; depthwise is the degenerate K = KH*KW case):
+
+    out[n, o, p] = sum_k W[o, k] * col[n, g(o), k, p]
+
+NCHW output *is* the (O, OH*OW) result matrix in memory, so the product writes straight
+into it, indexing p as (y, x). The weight matrix is reshaped at compile time when the
+weight is a constant (`weight_2d`), and by index arithmetic on the OIHW weight otherwise.
+The CSR form multiplies the same im2col matrix by the CSR weight matrix.
+"""
+
+from __future__ import annotations
+
+from tvm import te, tirx
+from tvm.script import tirx as T
+
+from ..base import RAW_WEIGHT, ConvSpec
+from ..common import extern_stage, pad_nchw, reduction_size, split_column, widen
+
+IM2COL_NAME = "im2col"
+GEMM_NAME = "conv2d_nchw_gemm"
+WEIGHT_2D = "weight_2d"
+CSR_ROW_NAME = "conv2d_nchw_gemm_csr"
+CSR_UPDATE_NAME = "conv2d_nchw_gemm_csr_update"
+
+
+def im2col(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """The (N, groups, Cg*KH*KW, OH*OW) receptive-field matrix of `data`."""
+    _, cg, _, _ = spec.weight_shape
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    _, _, _, ow = spec.out_shape
+    oh = spec.out_shape[2]
+    padded = pad_nchw(data, spec.padding)
+
+    def fcol(n, g, k, p):
+        c, ky, kx = split_column(spec, k)
+        channel = c if spec.groups == 1 else g * cg + c
+        return padded[n, channel, (p // ow) * sh + ky * dh, (p % ow) * sw + kx * dw]
+
+    shape = (spec.batch, spec.groups, reduction_size(spec), oh * ow)
+    return te.compute(shape, fcol, name=IM2COL_NAME)
+
+
+def conv2d_nchw_gemm(data: te.Tensor, weights: dict[str, te.Tensor], spec: ConvSpec
+                     ) -> te.Tensor:
+    """im2col then (O, K) x (K, OH*OW) per group; `weights` holds weight_2d or the raw weight."""
+    col = im2col(data, spec)
+    _, _, _, ow = spec.out_shape
+    opg = spec.out_channels // spec.groups
+    k = te.reduce_axis((0, reduction_size(spec)), name="k")
+    acc = spec.out_dtype
+    if WEIGHT_2D in weights:
+        w2d = weights[WEIGHT_2D]
+
+        def weight(o, kk):
+            return w2d[o, kk]
+    else:
+        raw = weights[RAW_WEIGHT]
+
+        def weight(o, kk):
+            c, ky, kx = split_column(spec, kk)
+            return raw[o, c, ky, kx]
+
+    def fgemm(n, o, y, x):
+        g = 0 if spec.groups == 1 else o // opg
+        return te.sum(widen(weight(o, k), acc) * widen(col[n, g, k, y * ow + x], acc), axis=k)
+
+    return te.compute(spec.out_shape, fgemm, name=GEMM_NAME)
+
+
+def conv2d_nchw_gemm_csr(
+    data: te.Tensor, val: te.Tensor, col_idx: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+) -> te.Tensor:
+    """im2col then the CSR weight matrix times it (sparse x dense, row by row)."""
+    col = im2col(data, spec)
+    return extern_stage([col, val, col_idx, ptr], gemm_csr_kernel(spec, col, val, col_idx, ptr))
+
+
+def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.Tensor,
+                    ptr: te.Tensor) -> tirx.PrimFunc:
+    """TIR of the CSR GEMM: per (n, o) row, out[n, o, :] += val[e] * im2col[n, g, col[e], :]."""
+    n_, o_, oh_, ow_ = spec.out_shape
+    opg = spec.out_channels // spec.groups
+    groups, k_, p_ = (int(v) for v in colmat.shape[1:])
+    nnz = int(val.shape[0])
+    acc = spec.out_dtype
+    m_shape, v_shape, c_shape, r_shape = colmat.shape, val.shape, col.shape, ptr.shape
+    m_dtype, v_dtype = colmat.dtype, val.dtype
+    row_name, update_name = CSR_ROW_NAME, CSR_UPDATE_NAME
+
+    @T.prim_func(s_tir=True)
+    def kernel(m: T.handle, v: T.handle, c: T.handle, r: T.handle, o: T.handle):
+        Mat = T.match_buffer(m, m_shape, m_dtype)
+        Val = T.match_buffer(v, v_shape, v_dtype)
+        Col = T.match_buffer(c, c_shape, "int32")
+        Ptr = T.match_buffer(r, r_shape, "int32")
+        Out = T.match_buffer(o, (n_, o_, oh_, ow_), acc)
+        for n, oc in T.grid(n_, o_):
+            with T.sblock(row_name):
+                vn, vo = T.axis.remap("SS", [n, oc])
+                T.reads(Mat[vn, 0:groups, 0:k_, 0:p_], Val[0:nnz], Col[0:nnz], Ptr[vo:vo + 2])
+                T.writes(Out[vn, vo, 0:oh_, 0:ow_])
+                for j, y, x in T.grid(Ptr[vo + 1] - Ptr[vo], oh_, ow_):
+                    with T.sblock(update_name):
+                        vj = T.axis.reduce(Ptr[vo + 1] - Ptr[vo], j)
+                        vy = T.axis.spatial(oh_, y)
+                        vx = T.axis.spatial(ow_, x)
+                        with T.init():
+                            Out[vn, vo, vy, vx] = T.cast(0, acc)
+                        Out[vn, vo, vy, vx] = Out[vn, vo, vy, vx] + T.cast(
+                            Val[Ptr[vo] + vj], acc
+                        ) * T.cast(Mat[vn, vo // opg, Col[Ptr[vo] + vj], vy * ow_ + vx], acc)
+
+    return kernel

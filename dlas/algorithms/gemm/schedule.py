@@ -1,0 +1,49 @@
+"""Minimal schedules of the GEMM convolution, dense and CSR (untuned; the paper's baseline).
+
+1. im2col stage: its leading loops (n, g, k) fused and run in parallel, the innermost
+   (the OH*OW pixel loop) vectorized (split by the SIMD lanes when long). Padding, when
+   not inlined, gets the same treatment.
+2. Dense product `conv2d_nchw_gemm`, loops (n, o, y, x, k): n and o fused in parallel;
+   the reduction k moved outside x, x vectorized, zero-initialisation split off. This is
+   the same loop treatment as the direct conv's, so the two differ only by the im2col
+   matrix being materialised.
+3. CSR product: (n, o) rows in parallel; inside, the loop over a row's non-zeros is
+   outermost and the output width x is vectorized (`schedule_util.schedule_csr_rows`).
+
+No blocking of the matrices, no packing, no unrolling: all left to tuning.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from ..base import ConvSpec
+from ..schedule_util import (
+    parallel_outer,
+    parallelize_producers,
+    schedule_csr_rows,
+    vectorize_under_reduction,
+)
+
+
+def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """Schedule the dense GEMM conv whose product block is `block`; return its parallel loop."""
+    n, o, y, x, k = sch.get_loops(block)
+    outer = parallel_outer(sch, [n, o])
+    vectorize_under_reduction(sch, block, [k], [x], spec.out_dtype)
+    _schedule_im2col(sch, block)
+    return outer
+
+
+def schedule_gemm_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """Schedule the CSR GEMM conv whose row block is `block`; return its parallel loop."""
+    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
+    _schedule_im2col(sch, block)
+    return outer
+
+
+def _schedule_im2col(sch: s_tir.Schedule, block: SBlockRV) -> None:
+    for producer in sch.get_producers(block):
+        parallelize_producers(sch, producer)  # padding, if any
+    parallelize_producers(sch, block)  # im2col

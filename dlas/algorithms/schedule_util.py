@@ -1,0 +1,110 @@
+"""Loop moves shared by the algorithms' minimal schedules (parallel outer, vector inner).
+
+Each helper does one of the two things an untuned schedule may do: run an outer spatial
+loop across threads, or vectorize an innermost spatial loop where that is trivially
+legal. Tiling, unrolling and cache stages are left to tuning.
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.target import Target
+from tvm.target.codegen import llvm_get_vector_width
+
+from ..compiler.minimal_schedule import (
+    MAX_WHOLE_VECTOR,
+    const_extent,
+    is_parallelized,
+    parallelize_block,
+    vector_lanes,
+)
+
+#: Vector width assumed when no LLVM target is current (AVX2).
+DEFAULT_VECTOR_BITS = 256
+
+
+def target_vector_bits() -> int:
+    """SIMD width of the current LLVM target (the compiler schedules inside `with target`)."""
+    target = Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm":
+        return DEFAULT_VECTOR_BITS
+    bits = llvm_get_vector_width(target)
+    return bits if bits > 0 else DEFAULT_VECTOR_BITS
+
+
+def parallel_outer(sch: s_tir.Schedule, loops: list[LoopRV]) -> LoopRV:
+    """Fuse `loops` (outermost first) into one loop and run it across threads."""
+    outer = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    sch.parallel(outer)
+    return outer
+
+
+def vectorize_loop(sch: s_tir.Schedule, loop: LoopRV, dtype: str) -> LoopRV | None:
+    """Vectorize `loop` whole (short) or split by the SIMD lanes (when that divides)."""
+    extent = const_extent(sch, loop)
+    if extent is None or extent < 2:
+        return None
+    if extent <= MAX_WHOLE_VECTOR:
+        sch.vectorize(loop)
+        return loop
+    lanes = vector_lanes(target_vector_bits(), dtype)
+    if extent % lanes:
+        return None
+    _, inner = sch.split(loop, factors=[None, lanes])
+    sch.vectorize(inner)
+    return inner
+
+
+def vectorize_under_reduction(
+    sch: s_tir.Schedule,
+    block: SBlockRV,
+    reduction: list[LoopRV],
+    vector: list[LoopRV],
+    dtype: str,
+) -> None:
+    """Move the reduction loops outside the `vector` spatial loops and vectorize those.
+
+    The output stays in place while the reduction runs (loops over spatial outputs may
+    always move inward); the zero-initialisation is split off (`decompose_reduction`)
+    and vectorized the same way. `vector` loops are fused first when there are several.
+    """
+    sch.reorder(*reduction, *vector)
+    inner = sch.fuse(*vector) if len(vector) > 1 else vector[0]
+    if vectorize_loop(sch, inner, dtype) is None:
+        return
+    init = sch.decompose_reduction(block, reduction[0])
+    init_inner = sch.get_loops(init)[-1]
+    if sch.get(init_inner).kind != tirx.ForKind.VECTORIZED:
+        vectorize_loop(sch, init_inner, dtype)
+
+
+def parallelize_producers(sch: s_tir.Schedule, block: SBlockRV) -> None:
+    """Give every not-yet-parallel producer stage (padding, im2col, packing) the generic
+    minimal schedule: leading loops fused in parallel, innermost vectorized."""
+    bits = target_vector_bits()
+    for producer in sch.get_producers(block):
+        if not is_parallelized(sch, producer):
+            parallelize_block(sch, producer, bits)
+
+
+def schedule_csr_rows(sch: s_tir.Schedule, row: SBlockRV, dtype: str, vector_loops: int) -> LoopRV:
+    """Minimal schedule of a CSR kernel (a row block holding its update block).
+
+    The row block's (n, o) loops run in parallel: each thread owns whole output-channel
+    planes, whose non-zero count varies per row. In the update block, the data-dependent
+    loop over the row's entries is already outside the spatial loops; the innermost
+    `vector_loops` spatial loops are vectorized (fused when there are two).
+    """
+    outer = parallel_outer(sch, sch.get_loops(row))
+    (update,) = sch.get_child_blocks(row)
+    loops = sch.get_loops(update)  # those inside the row block
+    kinds = [_loop_is_data_dependent(sch, lp) for lp in loops]
+    j = kinds.index(True)
+    vector = loops[-vector_loops:]
+    vectorize_under_reduction(sch, update, [loops[j]], vector, dtype)
+    return outer
+
+
+def _loop_is_data_dependent(sch: s_tir.Schedule, loop: LoopRV) -> bool:
+    return const_extent(sch, loop) is None

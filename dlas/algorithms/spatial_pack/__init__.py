@@ -1,0 +1,80 @@
+"""The spatial-pack convolution (tiled packing of data and weights), dense and CSR."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from tvm import s_tir, te
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from ..base import ConvAlgorithm, ConvSpec
+from ..csr import DATA, INDICES, INDPTR, CSRFormat
+from ..direct import DirectConv, DirectCSRConv
+from .compute import (
+    KERNEL_VEC,
+    conv2d_nchw_spatial_pack,
+    conv2d_nchw_spatial_pack_csr,
+    pack_kernel,
+    tiles_for,
+)
+from .schedule import schedule_spatial_pack, schedule_spatial_pack_csr
+
+GROUPED_REASON = ("spatial pack tiles whole input channels; grouped/depthwise convs have "
+                  "no packed form")
+
+
+class SpatialPackConv(ConvAlgorithm):
+    """Spatial pack for groups == 1; grouped and depthwise convs fall back to `direct`."""
+
+    name = "spatial_pack"
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if spec.groups != 1:
+            return GROUPED_REASON
+        return super().unsupported_reason(spec)
+
+    def fallback(self) -> ConvAlgorithm:
+        return DirectConv()
+
+    def weight_constants(
+        self, spec: ConvSpec, weight_value: np.ndarray | None
+    ) -> dict[str, np.ndarray] | None:
+        if weight_value is None:
+            return None  # packed by a stage at run time instead
+        return {KERNEL_VEC: pack_kernel(spec, weight_value)}
+
+    def compute(
+        self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+    ) -> te.Tensor:
+        return conv2d_nchw_spatial_pack(data, dict(weights), spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return schedule_spatial_pack(sch, block, spec)
+
+
+class SpatialPackCSRConv(CSRFormat, ConvAlgorithm):
+    """Spatial pack of the input with CSR weight rows, groups == 1; grouped and depthwise
+    convs fall back to `direct_csr`."""
+
+    name = "spatial_pack_csr"
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if spec.groups != 1:
+            return GROUPED_REASON
+        return super().unsupported_reason(spec)
+
+    def fallback(self) -> ConvAlgorithm:
+        return DirectCSRConv()
+
+    def compute(
+        self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+    ) -> te.Tensor:
+        return conv2d_nchw_spatial_pack_csr(data, weights[DATA], weights[INDICES],
+                                            weights[INDPTR], spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return schedule_spatial_pack_csr(sch, block, spec)
+
+
+__all__ = ["SpatialPackCSRConv", "SpatialPackConv", "pack_kernel", "tiles_for"]
