@@ -1,8 +1,14 @@
-"""The models dlas ships (layer 2)."""
+"""The models dlas ships (layer 2).
+
+CIFAR models (32x32, trained from scratch by the runner) and ImageNet models (torchvision's,
+tagged ``imagenet`` and ``pretrained``: the runner does not train them; it evaluates them
+when ``model.dlas_pretrained`` and records accuracy as unavailable otherwise).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -10,6 +16,10 @@ from dlas.registry import register
 
 if TYPE_CHECKING:
     from torch import nn
+
+#: Dataset tag that marks 224x224, 1000-class ImageNet data (dlas/datasets/options.py).
+IMAGENET_TAG = "imagenet"
+CIFAR_INPUT = (3, 32, 32)
 
 
 class CifarModelParams(BaseModel):
@@ -19,12 +29,34 @@ class CifarModelParams(BaseModel):
 
 
 def _check_cifar_input(name: str, input_shape: tuple[int, ...]) -> None:
-    if tuple(input_shape)[0] != 3:
-        raise ValueError(f"{name} expects 3-channel images, the dataset gives {input_shape}")
+    if tuple(input_shape) != CIFAR_INPUT:
+        raise ValueError(
+            f"{name} is a CIFAR model, built for 3x32x32 images; the dataset gives "
+            f"{'x'.join(map(str, input_shape))}. Use an ImageNet model (resnet50, densenet161, "
+            f"efficientnet_b0, mobilenetv2_imagenet) for ImageNet-sized data."
+        )
 
 
-@register("models", "resnet18", params=CifarModelParams,
-          description="CIFAR ResNet18 (paper: 11.2M params, 557M MACs at 32x32)")
+def _cifar_dataset_only(point: Any) -> str | None:
+    if IMAGENET_TAG in point.datasets.tags:
+        return (f"'{point.models.name}' is a CIFAR model (32x32 input) and cannot run on the "
+                f"ImageNet dataset '{point.datasets.name}'; use an ImageNet model")
+    return None
+
+
+def _imagenet_dataset_only(point: Any) -> str | None:
+    if IMAGENET_TAG not in point.datasets.tags:
+        return (f"'{point.models.name}' is an ImageNet model (224x224, pretrained on ImageNet) "
+                f"and needs an ImageNet dataset, not '{point.datasets.name}'")
+    return None
+
+
+def _cifar(name: str, paper: str) -> Callable[[Callable[..., nn.Module]], Callable[..., Any]]:
+    return register("models", name, params=CifarModelParams, constraints=[_cifar_dataset_only],
+                    tags={"cifar"}, description=f"CIFAR {paper} at 32x32")
+
+
+@_cifar("resnet18", "ResNet18 (paper: 11.2M params, 557M MACs)")
 def resnet18(params: CifarModelParams, num_classes: int,
              input_shape: tuple[int, ...]) -> nn.Module:
     from dlas.models.cifar.resnet import resnet18 as build
@@ -33,11 +65,61 @@ def resnet18(params: CifarModelParams, num_classes: int,
     return build(num_classes=num_classes, width_multiplier=params.width_multiplier)
 
 
-@register("models", "mobilenetv2", params=CifarModelParams,
-          description="CIFAR MobileNetV2 (paper: 2.3M params, 98M MACs at 32x32)")
+@_cifar("mobilenetv2", "MobileNetV2 (paper: 2.3M params, 98M MACs)")
 def mobilenetv2(params: CifarModelParams, num_classes: int,
                 input_shape: tuple[int, ...]) -> nn.Module:
     from dlas.models.cifar.mobilenetv2 import mobilenetv2 as build
 
     _check_cifar_input("mobilenetv2", input_shape)
     return build(num_classes=num_classes, width_multiplier=params.width_multiplier)
+
+
+@_cifar("mobilenetv1", "MobileNetV1 (paper: 3.2M params, 48M MACs)")
+def mobilenetv1(params: CifarModelParams, num_classes: int,
+                input_shape: tuple[int, ...]) -> nn.Module:
+    from dlas.models.cifar.mobilenetv1 import mobilenetv1 as build
+
+    _check_cifar_input("mobilenetv1", input_shape)
+    return build(num_classes=num_classes, width_multiplier=params.width_multiplier)
+
+
+@_cifar("vgg16", "VGG-16 (paper: 14.7M params, 314M MACs)")
+def vgg16(params: CifarModelParams, num_classes: int,
+          input_shape: tuple[int, ...]) -> nn.Module:
+    from dlas.models.cifar.vgg import vgg16 as build
+
+    _check_cifar_input("vgg16", input_shape)
+    return build(num_classes=num_classes, width_multiplier=params.width_multiplier)
+
+
+class ImageNetModelParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    weights: str | None = Field(
+        None, description="state-dict file to load; default: torchvision's checkpoint in "
+                          "$TORCH_HOME/hub/checkpoints if present, else random init")
+    require_weights: bool = Field(
+        False, description="fail when no weights are found instead of running randomly "
+                           "initialized (timing only, accuracy unavailable)")
+
+
+def _register_imagenet(name: str, description: str) -> None:
+    def build(params: ImageNetModelParams, num_classes: int,
+              input_shape: tuple[int, ...]) -> nn.Module:
+        from dlas.models.imagenet import build_imagenet_model
+
+        return build_imagenet_model(name, num_classes=num_classes, input_shape=input_shape,
+                                    weights=params.weights,
+                                    require_weights=params.require_weights)
+
+    build.__name__ = build.__qualname__ = name
+    register("models", name, params=ImageNetModelParams, tags={IMAGENET_TAG, "pretrained"},
+             constraints=[_imagenet_dataset_only],
+             description=f"ImageNet {description}; torchvision's, with its IMAGENET1K_V1 "
+                         "weights when found")(build)
+
+
+# Paper, Table 5: parameters, MACs (thop convention) and the checkpoints' top-1.
+_register_imagenet("resnet50", "ResNet50 (paper: 25.6M params, 4.1G MACs, 76.1%)")
+_register_imagenet("densenet161", "DenseNet161 (paper: 27.7M params, 7.8G MACs, 77.1%)")
+_register_imagenet("efficientnet_b0", "EfficientNet-B0 (paper: 5.3M params, 415M MACs, 77.7%)")
+_register_imagenet("mobilenetv2_imagenet", "MobileNetV2 (paper: 3.5M params, 327M MACs, 71.9%)")
