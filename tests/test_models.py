@@ -18,6 +18,7 @@ from dlas.models.imagenet import (
     build_imagenet_model,
     hub_checkpoint_path,
     load_weights,
+    weights_identity,
 )
 from dlas.models.macs import PAPER_CONVENTION, count_macs, count_params
 from dlas.sweep.config import parse_config
@@ -205,7 +206,11 @@ def test_imagenet_weights_from_the_hub_cache(empty_hub: Path) -> None:
     state = _random_state("mobilenetv2_imagenet", seed=1)
     checkpoint = empty_hub / "mobilenet_v2-b0353104.pth"  # torchvision's file name
     assert hub_checkpoint_path("mobilenetv2_imagenet") == checkpoint
+    assert weights_identity("mobilenetv2_imagenet") is None
     torch.save(state, checkpoint)
+    identity = weights_identity("mobilenetv2_imagenet")
+    assert identity is not None and identity["path"] == str(checkpoint.resolve())
+    assert identity["bytes"] == checkpoint.stat().st_size
     model = registry.create("models", "mobilenetv2_imagenet", num_classes=1000,
                             input_shape=IMAGENET_INPUT)
     assert model.dlas_pretrained is True and model.dlas_weights == str(checkpoint)

@@ -90,6 +90,22 @@ def find_weights(name: str, weights: str | os.PathLike[str] | None = None) -> Pa
     return cached if cached.is_file() else None
 
 
+def weights_identity(name: str, weights: str | os.PathLike[str] | None = None,
+                     ) -> dict[str, Any] | None:
+    """The weights file a build of ``name`` would load, as cache-key material (path, size,
+    modification time), or None for random init.
+
+    The model option's parameters alone do not say whether torchvision's checkpoint sits in
+    the hub cache, so a cache keyed on them would keep serving a randomly initialized model
+    after the weights are installed; adding this to the key avoids that.
+    """
+    path = find_weights(name, weights)
+    if path is None:
+        return None
+    stat = path.stat()
+    return {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
 # torchvision renamed DenseNet's `norm.1` -> `norm1` (etc.); its published checkpoints keep
 # the old names, which torchvision rewrites on load (models/densenet.py). So do we.
 _DENSENET_OLD_KEY = re.compile(
