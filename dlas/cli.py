@@ -1,4 +1,4 @@
-"""`dlas` command line: plugins, plan, run, results."""
+"""`dlas` command line: plugins, plan, run, results, report, reproduce."""
 
 from __future__ import annotations
 
@@ -112,6 +112,48 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_report_files(files) -> None:  # noqa: ANN001 - dlas.report.ReportFiles
+    console.print(f"report written: {files.html}")
+    console.print(f"                {files.markdown} (+ {len(files.figures)} figures in "
+                  f"{files.markdown.parent / 'figures'})")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dlas.report import build_report
+    from dlas.report.experiments import load_experiment
+
+    ws = _workspace(args)
+    if not ws.db_path.exists():
+        console.print(f"no results database at {ws.db_path}; run a sweep first "
+                      "(dlas run CONFIG or dlas reproduce EXPERIMENT) or pass --workspace")
+        return 1
+    experiment = load_experiment(args.experiment) if args.experiment else None
+    sweeps = [args.sweep] if args.sweep else None
+    out = Path(args.out) if args.out else ws.root / "report"
+    files = build_report(ws.db_path, out, sweeps=sweeps, experiment=experiment)
+    if not sum(files.counts.values()):
+        console.print("[yellow]warning[/]: no points matched "
+                      + escape(f"(sweep {args.sweep})" if args.sweep else "")
+                      + (f" experiment {args.experiment}" if args.experiment else ""))
+    _print_report_files(files)
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    from dlas.report.reproduce import reproduce
+
+    result = reproduce(args.experiment, args.profile, _workspace(args),
+                       out=Path(args.out) if args.out else None,
+                       skip_unregistered=args.skip_unregistered,
+                       progress=not args.no_progress, retry_failed=args.retry_failed)
+    console.print(f"sweep config: {result.sweep_file}")
+    if result.skipped:
+        console.print("[yellow]left out (not registered)[/]: " + escape(
+            "; ".join(f"{layer}: {', '.join(n)}" for layer, n in result.skipped.items())))
+    _print_report_files(result.report)
+    return 130 if result.run.interrupted else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -149,6 +191,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", help="write the selected rows (all columns) to this CSV file")
     p.add_argument("--json", action="store_true", help="print rows as JSON")
     p.set_defaults(fn=cmd_results)
+
+    p = sub.add_parser("report", help="build the HTML + Markdown report (tables, figures, "
+                                      "observations) from the results database")
+    workspace_args(p)
+    p.add_argument("--sweep", help="only this sweep's points (default: every sweep)")
+    p.add_argument("--experiment",
+                   help="an experiments/ definition: its sweeps, with the paper's values "
+                        "beside ours")
+    p.add_argument("--out", help="output folder (default WORKSPACE/report)")
+    p.set_defaults(fn=cmd_report)
+
+    p = sub.add_parser("reproduce", help="run a paper experiment's sweep (cached) and write "
+                                         "its report")
+    p.add_argument("experiment", help="name of a file in experiments/, e.g. cifar10_cpu")
+    p.add_argument("--profile", default="quick",
+                   help="quick (fits a laptop; default) or full (the paper's scale)")
+    workspace_args(p)
+    p.add_argument("--out", help="report folder (default WORKSPACE/reports/SWEEP)")
+    p.add_argument("--skip-unregistered", action="store_true",
+                   help="leave out options not registered yet instead of stopping; the "
+                        "report lists them")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run only the points that failed before")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(fn=cmd_reproduce)
     return parser
 
 

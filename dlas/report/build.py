@@ -1,0 +1,340 @@
+"""Assemble the report from the results database: tables, figures, the expected-speedup
+analysis, the observations, environment and verification, as Markdown and HTML."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlas.report import figures
+from dlas.report.data import Point, load_points
+from dlas.report.experiments import Experiment
+from dlas.report.observations import observations
+from dlas.report.paper import Paper, load_paper
+from dlas.report.render import (
+    Bullets,
+    Cell,
+    Document,
+    Heading,
+    Image,
+    Para,
+    Table,
+    to_html,
+    to_markdown,
+)
+from dlas.report.speedup import averages, speedup_cells
+from dlas.report.tables import (
+    accuracy_tables,
+    compare_algorithm,
+    compare_compression,
+    compare_overall,
+    removed_fraction,
+    short,
+    speed_tables,
+)
+
+#: SIMD-relevant CPU flags shown in the environment section (the full list is in the DB).
+_SIMD = ("sse4", "avx", "fma", "f16c", "vnni", "amx", "neon", "asimd", "sve", "dotprod")
+#: Evidence lines shown per observation part (the rest are counted, not printed).
+MAX_EVIDENCE = 12
+
+
+@dataclass
+class ReportFiles:
+    markdown: Path
+    html: Path
+    figures: list[Path] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def fmt_count(n: int | None) -> str:
+    """11.2M, 4.1G, as the paper prints parameters and MACs."""
+    if n is None:
+        return "-"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= div:
+            return f"{n / div:.1f}{suffix}"
+    return str(n)
+
+
+def fmt_acc(acc: float | None) -> str:
+    return "unavailable" if acc is None else f"{100 * acc:.1f}%"
+
+
+def fmt_ratio(ratio: float | None) -> str:
+    removed = removed_fraction(ratio)
+    return "?" if removed is None else f"{100 * removed:.0f}%"
+
+
+def fmt_ms(ms: float | None) -> str:
+    return "-" if ms is None else (f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms")
+
+
+# -- sections ------------------------------------------------------------------------------
+
+
+def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str] | None,
+            experiment: Experiment | None, profile: str | None, paper: Paper,
+            notes: Iterable[str]) -> None:
+    status = Counter(p.status for p in points)
+    verified_ok = sum(1 for p in points if p.is_result)
+    lines = [f"Built {_dt.datetime.now().isoformat(timespec='seconds')} from {db_path}"
+             + (f", sweep(s) {', '.join(sweeps)}" if sweeps else ", all sweeps") + "."]
+    if experiment is not None:
+        prof = experiment.profiles.get(profile or "")
+        about = f", profile '{profile}': {prof.description.rstrip('.')}" if prof else ""
+        lines.append(f"Experiment {experiment.name}: {experiment.title}{about}.")
+        if experiment.paper_platforms:
+            mapping = ", ".join(f"{t} -> {p}" for t, p in experiment.paper_platforms.items())
+            lines.append(f"The paper's cells are printed beside ours for these targets: "
+                         f"{mapping}. Cells marked ≠ differ from the paper.")
+    for dataset in sorted({p.dataset for p in points}):
+        if dataset in paper.stand_ins:
+            lines.append(f"STAND-IN DATASET: {' '.join(paper.stand_ins[dataset].split())}")
+    lines.append(
+        f"{len(points)} points: {verified_ok} verified results, {status['failed']} failed, "
+        f"{status['verification_failed']} failed verification, {status['not_runnable']} not "
+        "runnable. Only verified results appear in tables, figures and analyses; every point "
+        "is listed under Verification.")
+    lines += list(notes)
+    doc.add(Bullets(lines))
+
+
+def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Path,
+                      files: list[Path]) -> None:
+    doc.add(Heading("Accuracy and compression (Tables 2 and 5, Figure 3)"))
+    tables = accuracy_tables(points)
+    if not tables:
+        doc.add(Para("No verified results: nothing to tabulate."))
+        return
+    for table in tables:
+        number = paper.number("accuracy_table", table.dataset)
+        cols = ["model", "params", "MACs", "top-1 (dense)"] + [
+            f"{short(c)}: top-1 (compression)" for c in table.compressions]
+        rows = []
+        for r in table.rows:
+            pr = paper.accuracy_row(r.dataset, r.model)
+            top1 = fmt_acc(r.top1) + (f" · paper {pr['top1']}%" if pr else "")
+            row: list[Cell | str] = [
+                r.model_label,
+                fmt_count(r.params) + (f" · paper {pr['params']}" if pr else ""),
+                fmt_count(r.macs) + (f" · paper {pr['macs']}" if pr else ""), top1]
+            for c in table.compressions:
+                cell = r.cells.get(c)
+                if cell is None:
+                    row.append("-")
+                    continue
+                text = f"{fmt_acc(cell.accuracy)} ({fmt_ratio(cell.ratio)})"
+                if cell.accuracy_source and cell.accuracy_source != "pytorch":
+                    text += f" [{cell.accuracy_source}]"
+                if pr and isinstance(pr.get(c), dict):
+                    text += f" · paper {pr[c]['accuracy']}% ({pr[c]['ratio']}%)"
+                row.append(text)
+            rows.append(row)
+        caption = (f"{number or 'Accuracy'} ({table.dataset}): top-1 and, in brackets, the "
+                   "chosen compression ratio as the share of the model removed (95% = 20x "
+                   "ideal speedup; float16 50%, int8 75%).")
+        doc.add(Table(cols, rows, caption))
+        png = figures.accuracy_figure(points, table.dataset,
+                                      out / "figures" / f"accuracy-{table.dataset}.png")
+        if png:
+            files.append(png)
+            fig_no = paper.number("accuracy_figure", table.dataset)
+            doc.add(Image(png, f"{fig_no or 'Figure 3'} ({table.dataset}): accuracy against "
+                               "pruning level (* = level used), and float16 / int8 accuracy"))
+
+
+def _speed_section(doc: Document, points: list[Point], paper: Paper,
+                   experiment: Experiment | None, out: Path, files: list[Path]) -> None:
+    doc.add(Heading("Fastest algorithm and compression (Tables 3, 4 and 6)"))
+    platforms = experiment.paper_platforms if experiment else None
+    tables = speed_tables(points, paper, platforms)
+    if not tables:
+        doc.add(Para("No verified timings."))
+    for t in tables:
+        number = paper.number("speed_table", t.dataset, t.device)
+        cols = ["platform (tuning)", "model"]
+        cols += [f"fastest alg.: {short(c)}" for c in t.compressions]
+        cols += [f"fastest compr.: {f}" for f in t.families] + ["overall fastest"]
+        rows = []
+        differ = compared = 0
+        for r in t.rows:
+            pr = r.paper
+            row: list[Cell | str] = [r.group.label, r.model_label]
+            comps = [compare_algorithm(r.fastest_algorithm[c],
+                                       pr.fastest_algorithm.get(c) if pr else None, paper)
+                     for c in t.compressions]
+            comps += [compare_compression(r.fastest_compression[f],
+                                          pr.fastest_compression.get(f) if pr else None, paper)
+                      for f in t.families]
+            overall = compare_overall(r.overall, pr.overall if pr else None, paper)
+            for cmp in [*comps, overall]:
+                text = cmp.ours + (f" (paper {cmp.paper})" if cmp.paper else "")
+                if cmp is overall and r.overall is not None:
+                    text += f", {fmt_ms(r.overall.latency_ms)}"
+                row.append(Cell(text, cmp.differs))
+                differ += cmp.differs
+                compared += cmp.same is not None
+            rows.append(row)
+        caption = (f"{number or 'Fastest choices'} ({t.dataset}, {t.device.upper()}): per "
+                   "platform, tuning and model, the fastest algorithm for each compression, "
+                   "the fastest compression for each algorithm family (dense or CSR), and "
+                   "the fastest combination.")
+        if compared:
+            caption += f" {differ} of {compared} cells differ from the paper (≠)."
+        doc.add(Table(cols, rows, caption))
+    doc.add(Heading("Inference time (Figures 4-7)"))
+    for dataset, device in sorted({(p.dataset, p.device) for p in points if p.is_result}):
+        png = figures.inference_figure(points, dataset, device,
+                                       out / "figures" / f"inference-{dataset}-{device}.png")
+        if png:
+            files.append(png)
+            number = paper.number("inference_figure", dataset, device) or "Figure"
+            doc.add(Image(png, f"{number} ({dataset}, {device.upper()}): median inference "
+                               "time at batch 1 per model, compression and algorithm; "
+                               "hatched bars use the CSR sparse format"))
+
+
+def _speedup_section(doc: Document, points: list[Point], paper: Paper,
+                     experiment: Experiment | None) -> None:
+    doc.add(Heading("Expected speedup"))
+    doc.add(Para(
+        "Per platform, tuning and model: the best time of each compression over all "
+        "algorithms against the best dense time over all algorithms, as a percentage of the "
+        "ideal speedup its compression ratio promises (95% pruning: 20x, float16: 2x, "
+        "int8: 4x). Averages are arithmetic means of the percentages over models, as the "
+        "paper reports them (Section 5.1.2)."))
+    cells = speedup_cells(points)
+    if not cells:
+        doc.add(Para("Not measured: needs dense and compressed timings of the same model."))
+        return
+    rows: list[list[Cell | str]] = [
+        [c.group.label, c.model_label, short(c.compression),
+         "?" if c.ratio is None else f"{c.ratio:.1f}x",
+         f"{c.dense.algorithm}, {fmt_ms(c.dense.latency_ms)}",
+         f"{c.best.algorithm}, {fmt_ms(c.best.latency_ms)}", f"{c.speedup:.2f}x",
+         "-" if c.pct_expected is None else f"{c.pct_expected:.1f}%"] for c in cells]
+    doc.add(Table(["platform (tuning)", "model", "compression", "ideal speedup",
+                   "best dense", "best compressed", "speedup", "% of expected"], rows,
+                  "Per model"))
+    platforms = experiment.paper_platforms if experiment else None
+    avg_rows: list[list[Cell | str]] = [
+        [a.group.label, short(a.compression), str(a.models),
+         "-" if a.mean_pct is None else f"{a.mean_pct:.1f}%",
+         f"{a.geomean_speedup:.2f}x", "-" if a.paper_pct is None else f"{a.paper_pct:.1f}%"]
+        for a in averages(cells, paper, platforms)]
+    doc.add(Table(["platform (tuning)", "compression", "models", "mean % of expected",
+                   "geo-mean speedup", "paper: mean % of expected"], avg_rows,
+                  "Averaged over models"))
+
+
+def _observations_section(doc: Document, points: list[Point], paper: Paper) -> None:
+    doc.add(Heading("The paper's thirteen observations"))
+    doc.add(Para("Each observation is tested on our verified results where the data allows; "
+                 "the rule each test applies is stated with its numbers. 'partly measured': "
+                 "some of its parts lacked the data."))
+    obs = observations(points, paper)
+    rows: list[list[Cell | str]] = []
+    for o in obs:
+        first = next((p.evidence[0] for p in o.parts if p.status != "not measured"
+                      and p.evidence), o.parts[0].evidence[0] if o.parts[0].evidence else "")
+        rows.append([o.roman, o.claim, o.status_label, first])
+    doc.add(Table(["#", "observation (paper)", "ours", "key numbers"], rows))
+    for o in obs:
+        doc.add(Heading(f"{o.roman}: {o.status_label}", 3))
+        items = []
+        for part in o.parts:
+            shown = part.evidence[:MAX_EVIDENCE]
+            more = len(part.evidence) - len(shown)
+            detail = "; ".join(shown) + (f"; ... {more} more" if more > 0 else "")
+            items.append(f"{part.name} — {part.status}: {detail}")
+        doc.add(Bullets(items))
+
+
+def _environment_section(doc: Document, points: list[Point]) -> None:
+    doc.add(Heading("Environment"))
+    envs: dict[str, tuple[dict[str, Any], list[Point]]] = {}
+    for p in points:
+        if not p.environment:
+            continue
+        key = repr(sorted((k, repr(v)) for k, v in p.environment.items()))
+        envs.setdefault(key, (p.environment, []))[1].append(p)
+    if not envs:
+        doc.add(Para("No environment recorded."))
+    for env, members in envs.values():
+        cpu = env.get("cpu") or {}
+        flags = [f for f in cpu.get("flags") or [] if any(s in f for s in _SIMD)]
+        threads = sorted({p.threads for p in members if p.threads is not None})
+        versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
+        items = [
+            f"CPU: {cpu.get('model', '?')} ({cpu.get('arch', env.get('machine', '?'))}), "
+            f"{cpu.get('cores', '?')} usable cores of {env.get('cpu_count', '?')}; LLVM "
+            f"-mcpu {cpu.get('mcpu', '?')} (from {cpu.get('mcpu_source', '?')})",
+            f"SIMD flags: {' '.join(flags) or '-'}",
+            f"threads used for timing: {', '.join(map(str, threads)) or '-'}; TVM_NUM_THREADS="
+            f"{env.get('tvm_num_threads') or 'unset'}",
+            f"targets: {', '.join(sorted({p.target_label for p in members}))}",
+            f"platform: {env.get('platform', '?')}, Python {env.get('python', '?')}",
+            f"versions: {versions or '-'}",
+            f"dlas commit: {env.get('git_commit') or 'unknown'}",
+            f"{len(members)} points",
+        ]
+        for extra in ("gpu", "remote"):
+            if env.get(extra):
+                items.append(f"{extra}: {env[extra]}")
+        doc.add(Bullets(items))
+
+
+def _verification_section(doc: Document, points: list[Point]) -> None:
+    doc.add(Heading("Verification of every point"))
+    bad = [p for p in points if p.status == "verification_failed"]
+    doc.add(Para(
+        "Every compiled variant is run on fixed inputs and compared with the PyTorch "
+        "reference before it is timed. A point that failed verification computes a "
+        f"different function and is never shown as a result above ({len(bad)} here)."))
+    rows: list[list[Cell | str]] = []
+    for p in points:
+        note = p.error or ""
+        if p.status == "ok" and not p.verified:
+            note = "not verified: excluded from results"
+        rows.append([p.describe(), Cell(p.status, p.status == "verification_failed"),
+                     "yes" if p.verified else "no",
+                     "-" if p.max_abs_diff is None else f"{p.max_abs_diff:.2e}",
+                     "-" if p.top1_agreement is None else f"{100 * p.top1_agreement:.0f}%",
+                     (note[:160] + "...") if len(note) > 160 else note])
+    doc.add(Table(["point", "status", "verified", "max |diff|", "top-1 agreement", "note"],
+                  rows))
+
+
+# -- the report ------------------------------------------------------------------------------
+
+
+def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = None,
+                 experiment: Experiment | None = None, profile: str | None = None,
+                 notes: Iterable[str] = (), paper: Paper | None = None) -> ReportFiles:
+    """Write report.md, report.html and figures/*.png under `out_dir`."""
+    paper = paper or load_paper()
+    if experiment is not None and not sweeps:
+        sweeps = [experiment.profile(profile).sweep_name] if profile else experiment.sweep_names
+    points = load_points(db_path, sweeps)
+    if experiment is not None:  # an experiment reports its own dataset(s) only
+        points = [p for p in points if paper.role(p.dataset) in (experiment.dataset, None)]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    title = "dlas report" + (f": {experiment.title}" if experiment else "")
+    doc = Document(title)
+    files: list[Path] = []
+    _header(doc, points, db_path, sweeps, experiment, profile, paper, notes)
+    _accuracy_section(doc, points, paper, out_dir, files)
+    _speed_section(doc, points, paper, experiment, out_dir, files)
+    _speedup_section(doc, points, paper, experiment)
+    _observations_section(doc, points, paper)
+    _environment_section(doc, points)
+    _verification_section(doc, points)
+    md, page = out_dir / "report.md", out_dir / "report.html"
+    md.write_text(to_markdown(doc, out_dir))
+    page.write_text(to_html(doc))
+    return ReportFiles(md, page, files, dict(Counter(p.status for p in points)))

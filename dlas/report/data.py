@@ -1,0 +1,221 @@
+"""Results rows as report points: names resolved, platform and ratio derived, tolerantly.
+
+The report reads databases written by every version of the runner, so a column that an
+older database lacks (`compression_ratio`, `accuracy_source`) is derived or left `None`,
+never guessed. Only points that ran *and* passed verification are results; every other
+point is kept for the verification section and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Target option names whose code runs on a GPU; everything else is a CPU target.
+GPU_TARGETS = frozenset({"cuda", "opencl", "vulkan", "rocm", "metal", "mali"})
+_GPU_WORDS = re.compile(r"cuda|opencl|vulkan|rocm|metal|mali|gpu", re.IGNORECASE)
+
+#: Ideal speedup of a reduced-precision option over float32 (bits saved).
+PRECISION_RATIOS = {"float16": 2.0, "int8": 4.0, "int8_uncalibrated": 4.0}
+
+
+def option_name(row: dict[str, Any], layer: str, column: str) -> str | None:
+    """The option's registered name: from the stored config, else the label before '('."""
+    choices = (row.get("config") or {}).get("choices") or {}
+    name = (choices.get(layer) or {}).get("name")
+    if name:
+        return str(name)
+    label = row.get(column)
+    return str(label).split("(", 1)[0] if label else None
+
+
+def algorithm_family(algorithm: str) -> str:
+    """`gemm_csr` -> `gemm`: the paper's algorithm, whatever its data format."""
+    return algorithm[: -len("_csr")] if algorithm.endswith("_csr") else algorithm
+
+
+def is_sparse_format(algorithm: str) -> bool:
+    return algorithm.endswith("_csr")
+
+
+def derive_ratio(compression: str, sparsity: float | None, info: dict[str, Any] | None,
+                 params: dict[str, Any] | None = None) -> float | None:
+    """The ideal speedup a compression promises, when the row does not store it.
+
+    Pruning: 1/(1-s) for the achieved sparsity s (95% -> 20x); float16 2x; int8 4x.
+    `None` when it cannot be known (an unknown option with no sparsity recorded).
+    """
+    if compression == "none":
+        return 1.0
+    if compression in PRECISION_RATIOS:
+        return PRECISION_RATIOS[compression]
+    info = info or {}
+    s = sparsity if sparsity else None
+    for candidate in (info.get("chosen_sparsity"), info.get("chosen_level"),
+                      (params or {}).get("sparsity")):
+        if s is None and isinstance(candidate, (int, float)) and 0 < candidate < 1:
+            s = float(candidate)
+    if s is None or not 0 < s < 1:
+        return None
+    return 1.0 / (1.0 - s)
+
+
+def _device_model(row: dict[str, Any], device: str) -> str:
+    env = row.get("environment") or {}
+    if device == "gpu":
+        gpu = env.get("gpu")
+        if isinstance(gpu, dict) and gpu.get("model"):
+            return str(gpu["model"])
+        if isinstance(gpu, str) and gpu:
+            return gpu
+        remote = env.get("remote") or {}
+        if isinstance(remote, dict) and remote.get("device"):
+            return str(remote["device"])
+        return "unknown GPU"
+    remote = env.get("remote")
+    if isinstance(remote, dict) and remote.get("cpu"):
+        return str(remote["cpu"])
+    cpu = env.get("cpu") or {}
+    return str(cpu.get("model") or env.get("machine") or "unknown CPU")
+
+
+def device_kind(target: str, target_params: dict[str, Any] | None) -> str:
+    """'gpu' or 'cpu' for a target option and its parameters."""
+    if target in GPU_TARGETS:
+        return "gpu"
+    for key in ("device", "kind", "device_type"):
+        value = (target_params or {}).get(key)
+        if isinstance(value, str) and _GPU_WORDS.search(value):
+            return "gpu"
+    return "cpu"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One results row, as the report needs it."""
+
+    key: str
+    sweep: str
+    status: str
+    dataset: str
+    model: str
+    model_label: str
+    compression: str
+    compression_label: str
+    algorithm: str
+    tuning: str
+    target: str
+    target_label: str
+    device: str
+    platform: str
+    accuracy: float | None = None
+    dense_accuracy: float | None = None
+    accuracy_source: str | None = None
+    params: int | None = None
+    macs: int | None = None
+    sparsity: float | None = None
+    ratio: float | None = None
+    latency_ms: float | None = None
+    latency_std_ms: float | None = None
+    threads: int | None = None
+    verified: bool = False
+    max_abs_diff: float | None = None
+    top1_agreement: float | None = None
+    error_stage: str | None = None
+    error: str | None = None
+    levels: tuple[dict[str, Any], ...] = ()
+    chosen_level: float | None = None
+    environment: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def family(self) -> str:
+        return algorithm_family(self.algorithm)
+
+    @property
+    def tuned(self) -> bool:
+        return self.tuning != "none"
+
+    @property
+    def tuning_label(self) -> str:
+        return "untuned" if not self.tuned else f"tuned ({self.tuning})"
+
+    @property
+    def is_result(self) -> bool:
+        """Ran, passed verification against PyTorch, and has a timing."""
+        return self.status == "ok" and self.verified and self.latency_ms is not None
+
+    def describe(self) -> str:
+        return " / ".join((self.dataset, self.model_label, self.compression_label,
+                           self.algorithm, self.tuning, self.target_label))
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def point_from_row(row: dict[str, Any]) -> Point:
+    choices = (row.get("config") or {}).get("choices") or {}
+    target = option_name(row, "targets", "target") or "?"
+    device = device_kind(target, (choices.get("targets") or {}).get("params"))
+    compression = option_name(row, "compression", "compression") or "?"
+    info = row.get("compression_info") if isinstance(row.get("compression_info"), dict) else {}
+    ratio = row.get("compression_ratio")
+    if ratio is None and isinstance(info.get("compression_ratio"), (int, float)):
+        ratio = info["compression_ratio"]
+    if ratio is None:
+        ratio = derive_ratio(compression, row.get("sparsity"), info,
+                             (choices.get("compression") or {}).get("params"))
+    chosen = info.get("chosen_level")
+    target_label = str(row.get("target") or target)
+    return Point(
+        key=str(row.get("point_key")),
+        sweep=str(row.get("sweep") or ""),
+        status=str(row.get("status")),
+        dataset=option_name(row, "datasets", "dataset") or "?",
+        model=option_name(row, "models", "model") or "?",
+        model_label=str(row.get("model") or "?"),
+        compression=compression,
+        compression_label=str(row.get("compression") or compression),
+        algorithm=option_name(row, "algorithms", "algorithm") or "?",
+        tuning=option_name(row, "tuning", "tuning") or "none",
+        target=target,
+        target_label=target_label,
+        device=device,
+        platform=f"{target_label} · {_device_model(row, device)}",
+        accuracy=_float(row.get("accuracy")),
+        dense_accuracy=_float(row.get("dense_accuracy")),
+        accuracy_source=row.get("accuracy_source"),
+        params=row.get("params"),
+        macs=row.get("macs"),
+        sparsity=_float(row.get("sparsity")),
+        ratio=_float(ratio),
+        latency_ms=_float(row.get("latency_median_ms")),
+        latency_std_ms=_float(row.get("latency_std_ms")),
+        threads=row.get("threads"),
+        verified=bool(row.get("verified")),
+        max_abs_diff=_float(row.get("max_abs_diff")),
+        top1_agreement=_float(row.get("top1_agreement")),
+        error_stage=row.get("error_stage"),
+        error=row.get("error"),
+        levels=tuple(lv for lv in info.get("levels") or () if isinstance(lv, dict)),
+        chosen_level=_float(chosen) if isinstance(chosen, (int, float)) else None,
+        environment=row.get("environment") or {},
+    )
+
+
+def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Point]:
+    """Every row of the database (optionally of some sweeps) as points, in run order."""
+    from dlas.results.store import ResultStore
+
+    wanted = set(sweeps) if sweeps else None
+    with ResultStore(db_path) as store:
+        rows = store.rows()
+    return [point_from_row(r) for r in rows if wanted is None or r.get("sweep") in wanted]
+
+
+def results(points: Iterable[Point]) -> list[Point]:
+    """The points that may be shown as results (ok, verified, timed)."""
+    return [p for p in points if p.is_result]

@@ -1,0 +1,48 @@
+"""`dlas reproduce`: run an experiment's profile (cached, resumable) and write its report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dlas.report.build import ReportFiles, build_report
+from dlas.report.experiments import load_experiment, resolve_sweep
+
+if TYPE_CHECKING:
+    from dlas.runner.runner import RunReport, Workspace
+
+
+@dataclass
+class Reproduction:
+    sweep_file: Path
+    run: RunReport
+    report: ReportFiles
+    skipped: dict[str, list[str]]
+
+
+def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None = None,
+              skip_unregistered: bool = False, progress: bool = True,
+              retry_failed: bool = False) -> Reproduction:
+    """Resolve the profile's sweep, write it under WORKSPACE/experiments, run it with the
+    workspace's cache (a second call recomputes nothing) and build its report (default
+    WORKSPACE/reports/<experiment>-<profile>)."""
+    from dlas.runner.runner import Runner
+
+    experiment = load_experiment(name)
+    sweep_name = experiment.profile(profile).sweep_name
+    sweep_file = workspace.root / "experiments" / f"{sweep_name}.yaml"
+    config, skipped = resolve_sweep(experiment, profile, skip_unregistered=skip_unregistered,
+                                    write_to=sweep_file)
+    run = Runner(workspace, progress=progress).run(config, retry_failed=retry_failed)
+    notes = []
+    if skipped:
+        left_out = "; ".join(f"{layer}: {', '.join(n)}" for layer, n in skipped.items())
+        notes.append(f"LEFT OUT (not registered when this ran, --skip-unregistered): "
+                     f"{left_out}. Tables and observations that need them are incomplete.")
+    if run.interrupted:
+        notes.append("The sweep was interrupted; the report shows what had finished.")
+    report = build_report(workspace.db_path, out or workspace.root / "reports" / sweep_name,
+                          sweeps=[sweep_name], experiment=experiment, profile=profile,
+                          notes=notes)
+    return Reproduction(sweep_file, run, report, skipped)

@@ -1,0 +1,282 @@
+"""The logic of the paper's tables: accuracy per compression (Tables 2, 5) and the fastest
+algorithm / compression / combination per platform, tuning and model (Tables 3, 4, 6).
+
+Everything here works on verified results only and is pure (no rendering), so the
+selection rules can be tested on hand-built points.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from dlas.report.data import Point
+from dlas.report.paper import Paper, PaperSpeedRow
+
+#: The paper's column order; options it does not know come after, alphabetically.
+COMPRESSION_ORDER = ["none", "weight_pruning", "channel_pruning", "channel_pruning_physical",
+                     "int8", "int8_uncalibrated", "float16"]
+FAMILY_ORDER = ["gemm", "direct", "spatial_pack"]
+PRUNING = frozenset({"weight_pruning", "channel_pruning", "channel_pruning_physical"})
+QUANTIZATION = frozenset({"float16", "int8", "int8_uncalibrated"})
+
+SHORT = {"none": "Dense", "weight_pruning": "WP", "channel_pruning": "CP",
+         "channel_pruning_physical": "CP-phys", "int8": "i8", "int8_uncalibrated": "i8-uncal",
+         "float16": "f16"}
+
+
+def ordered(names: Iterable[str], order: list[str]) -> list[str]:
+    names = set(names)
+    return [n for n in order if n in names] + sorted(names - set(order))
+
+
+def short(compression: str) -> str:
+    return SHORT.get(compression, compression)
+
+
+# -- grouping -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Group:
+    """One block of a speed table: a platform at one tuning level, for one dataset."""
+
+    dataset: str
+    device: str
+    platform: str
+    target: str
+    tuning: str
+
+    @property
+    def tuned(self) -> bool:
+        return self.tuning != "none"
+
+    @property
+    def label(self) -> str:
+        tuning = "untuned" if not self.tuned else f"tuned, {self.tuning}"
+        return f"{self.platform} ({tuning})"
+
+
+def group_order(g: Group) -> tuple:
+    """Tables list a platform untuned before tuned."""
+    return (g.dataset, g.device, g.platform, g.tuned, g.tuning)
+
+
+def group_of(p: Point) -> Group:
+    return Group(p.dataset, p.device, p.platform, p.target, p.tuning)
+
+
+Cells = dict[tuple[str, str], Point]  # (compression name, algorithm) -> its point
+
+
+def _preferred(a: Point, b: Point) -> Point:
+    """Of two points with the same compression and algorithm (different parameters), the
+    one the paper would tabulate: the higher compression ratio, then the faster."""
+    ka = (-(a.ratio or 0.0), a.latency_ms or float("inf"), a.key)
+    kb = (-(b.ratio or 0.0), b.latency_ms or float("inf"), b.key)
+    return a if ka <= kb else b
+
+
+def speed_cells(points: Iterable[Point]) -> dict[Group, dict[str, Cells]]:
+    """Verified timings by group and model label. A compression run with several
+    parameter sets keeps one (see `_preferred`)."""
+    out: dict[Group, dict[str, Cells]] = defaultdict(lambda: defaultdict(dict))
+    for p in points:
+        if not p.is_result:
+            continue
+        cells = out[group_of(p)][p.model_label]
+        key = (p.compression, p.algorithm)
+        cells[key] = _preferred(cells[key], p) if key in cells else p
+    return {g: dict(out[g]) for g in sorted(out, key=group_order)}
+
+
+def _fastest(candidates: Iterable[Point]) -> Point | None:
+    return min(candidates, key=lambda p: (p.latency_ms, p.compression, p.algorithm),
+               default=None)
+
+
+def fastest_algorithm(cells: Cells, compression: str) -> Point | None:
+    """The fastest algorithm (any data format) for one compression."""
+    return _fastest(p for (c, _), p in cells.items() if c == compression)
+
+
+def fastest_compression(cells: Cells, family: str) -> Point | None:
+    """The fastest compression for one algorithm family (dense or CSR variant)."""
+    return _fastest(p for p in cells.values() if p.family == family)
+
+
+def overall_fastest(cells: Cells) -> Point | None:
+    return _fastest(cells.values())
+
+
+# -- speed tables (3, 4, 6) -------------------------------------------------------------
+
+
+@dataclass
+class SpeedRow:
+    group: Group
+    model_label: str
+    model: str
+    cells: Cells
+    fastest_algorithm: dict[str, Point | None]
+    fastest_compression: dict[str, Point | None]
+    overall: Point | None
+    paper: PaperSpeedRow | None = None
+
+
+@dataclass
+class SpeedTable:
+    dataset: str
+    device: str
+    compressions: list[str]
+    families: list[str]
+    rows: list[SpeedRow] = field(default_factory=list)
+
+
+def speed_tables(points: Iterable[Point], paper: Paper | None = None,
+                 paper_platforms: dict[str, str] | None = None) -> list[SpeedTable]:
+    """One table per (dataset, device); rows per platform x tuning x model. With
+    `paper_platforms` (target option -> paper platform) rows carry the paper's row."""
+    by_group = speed_cells(points)
+    tables: dict[tuple[str, str], SpeedTable] = {}
+    for group, models in by_group.items():
+        key = (group.dataset, group.device)
+        all_cells = [p for cells in models.values() for p in cells.values()]
+        table = tables.get(key)
+        if table is None:
+            table = tables[key] = SpeedTable(group.dataset, group.device, [], [])
+        table.compressions = ordered({*table.compressions, *(p.compression for p in all_cells)},
+                                     COMPRESSION_ORDER)
+        table.families = ordered({*table.families, *(p.family for p in all_cells)},
+                                 FAMILY_ORDER)
+        for model_label, cells in models.items():
+            model = next(iter(cells.values())).model
+            paper_row = None
+            if paper is not None and paper_platforms and group.target in paper_platforms:
+                paper_row = paper.speed_row(group.dataset, paper_platforms[group.target],
+                                            group.tuned, model)
+            table.rows.append(SpeedRow(
+                group, model_label, model, cells,
+                {c: fastest_algorithm(cells, c) for c in table.compressions},
+                {f: fastest_compression(cells, f) for f in table.families},
+                overall_fastest(cells), paper_row,
+            ))
+    for table in tables.values():  # compressions seen later in the table apply to all rows
+        for row in table.rows:
+            for c in table.compressions:
+                row.fastest_algorithm.setdefault(c, fastest_algorithm(row.cells, c))
+            for f in table.families:
+                row.fastest_compression.setdefault(f, fastest_compression(row.cells, f))
+    return [tables[k] for k in sorted(tables)]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Our cell beside the paper's. `same` is None when there is nothing to compare (the
+    paper has no cell, or we have no measurement)."""
+
+    ours: str
+    paper: str | None = None
+    same: bool | None = None
+
+    @property
+    def differs(self) -> bool:
+        return self.same is False
+
+
+def _compare(ours: Point | None, text: str, ours_in_paper_terms: str | None,
+             paper_cell: str | None) -> Comparison:
+    if ours is None:
+        return Comparison("-", paper_cell)
+    if paper_cell is None:
+        return Comparison(text)
+    return Comparison(text, paper_cell, ours_in_paper_terms == paper_cell)
+
+
+def compare_algorithm(ours: Point | None, paper_cell: str | None,
+                      paper: Paper | None) -> Comparison:
+    """Ours is the algorithm name; it agrees when its family is the paper's algorithm."""
+    name = paper.algorithm_name(ours.family) if paper and ours else None
+    return _compare(ours, ours.algorithm if ours else "-", name, paper_cell)
+
+
+def compare_compression(ours: Point | None, paper_cell: str | None,
+                        paper: Paper | None) -> Comparison:
+    abbrev = paper.compression_abbrev(ours.compression, aliases=True) if paper and ours else None
+    return _compare(ours, short(ours.compression) if ours else "-", abbrev, paper_cell)
+
+
+def compare_overall(ours: Point | None, paper_cell: str | None,
+                    paper: Paper | None) -> Comparison:
+    if ours is None:
+        return Comparison("-", paper_cell)
+    text = f"{short(ours.compression)}+{ours.algorithm}"
+    in_paper_terms = None
+    if paper is not None:
+        abbrev = paper.compression_abbrev(ours.compression, aliases=True)
+        name = paper.algorithm_name(ours.family)
+        if abbrev and name:
+            in_paper_terms = f"{abbrev}+{name}"
+    return _compare(ours, text, in_paper_terms, paper_cell)
+
+
+# -- accuracy tables (2, 5) -------------------------------------------------------------
+
+
+@dataclass
+class AccuracyCell:
+    compression: str
+    label: str
+    accuracy: float | None
+    ratio: float | None
+    accuracy_source: str | None = None
+
+
+@dataclass
+class AccuracyRow:
+    dataset: str
+    model_label: str
+    model: str
+    params: int | None
+    macs: int | None
+    top1: float | None
+    cells: dict[str, AccuracyCell]
+
+
+@dataclass
+class AccuracyTable:
+    dataset: str
+    compressions: list[str]
+    rows: list[AccuracyRow]
+
+
+def removed_fraction(ratio: float | None) -> float | None:
+    """The paper prints compression as the share removed: ideal speedup 20x -> 95%."""
+    return None if ratio is None or ratio <= 0 else 1.0 - 1.0 / ratio
+
+
+def accuracy_tables(points: Iterable[Point]) -> list[AccuracyTable]:
+    """Per dataset and model: params, MACs, dense top-1 and each compression's chosen
+    ratio and top-1, from verified points (accuracy is the same for every algorithm)."""
+    chosen: dict[tuple[str, str], dict[str, Point]] = defaultdict(dict)
+    for p in points:
+        if not p.is_result:
+            continue
+        per_model = chosen[(p.dataset, p.model_label)]
+        prev = per_model.get(p.compression)
+        per_model[p.compression] = _preferred(prev, p) if prev else p
+    tables: dict[str, AccuracyTable] = {}
+    for (dataset, model_label), per_comp in sorted(chosen.items()):
+        dense = per_comp.get("none")
+        any_point = dense or next(iter(per_comp.values()))
+        top1 = dense.accuracy if dense else any_point.dense_accuracy
+        cells = {
+            c: AccuracyCell(c, p.compression_label, p.accuracy, p.ratio, p.accuracy_source)
+            for c, p in per_comp.items() if c != "none"
+        }
+        table = tables.setdefault(dataset, AccuracyTable(dataset, [], []))
+        table.compressions = ordered({*table.compressions, *cells}, COMPRESSION_ORDER)
+        table.rows.append(AccuracyRow(dataset, model_label, any_point.model,
+                                      any_point.params, any_point.macs, top1, cells))
+    return [tables[k] for k in sorted(tables)]
