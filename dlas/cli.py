@@ -120,6 +120,7 @@ def _print_report_files(files) -> None:  # noqa: ANN001 - dlas.report.ReportFile
 
 def cmd_report(args: argparse.Namespace) -> int:
     from dlas.report import build_report
+    from dlas.report.data import sweep_names
     from dlas.report.experiments import load_experiment
 
     ws = _workspace(args)
@@ -128,13 +129,18 @@ def cmd_report(args: argparse.Namespace) -> int:
                       "(dlas run CONFIG or dlas reproduce EXPERIMENT) or pass --workspace")
         return 1
     experiment = load_experiment(args.experiment) if args.experiment else None
+    known = sweep_names(ws.db_path)
+    if args.sweep and args.sweep not in known:
+        console.print(f"error: no sweep '{args.sweep}' in {ws.db_path}; its sweeps: "
+                      f"{', '.join(known) or '(none)'}", markup=False, style="red")
+        return 2
     sweeps = [args.sweep] if args.sweep else None
     out = Path(args.out) if args.out else ws.root / "report"
     files = build_report(ws.db_path, out, sweeps=sweeps, experiment=experiment)
     if not sum(files.counts.values()):
-        console.print("[yellow]warning[/]: no points matched "
-                      + escape(f"(sweep {args.sweep})" if args.sweep else "")
-                      + (f" experiment {args.experiment}" if args.experiment else ""))
+        console.print(f"[yellow]warning[/]: no results of experiment {args.experiment} "
+                      f"(sweeps {', '.join(experiment.sweep_names) if experiment else '-'}) "
+                      f"in {ws.db_path}; its sweeps: {', '.join(known) or '(none)'}")
     _print_report_files(files)
     return 0
 

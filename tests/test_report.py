@@ -342,6 +342,9 @@ def test_cli_report_and_errors(report_db: Path, tmp_path: Path,
     assert main(["report", "--workspace", str(ws), "--experiment", "cifar10"]) == 2
     out = capsys.readouterr().out
     assert "unknown experiment 'cifar10'" in out and "cifar10_cpu" in out
+    assert main(["report", "--workspace", str(ws), "--sweep", "quickstart"]) == 2
+    out = capsys.readouterr().out
+    assert "no sweep 'quickstart'" in out and "its sweeps: s" in out
     assert main(["report", "--workspace", str(tmp_path / "nowhere")]) == 1
     assert "no results database" in capsys.readouterr().out
 

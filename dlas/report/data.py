@@ -216,6 +216,15 @@ def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Poin
     return [point_from_row(r) for r in rows if wanted is None or r.get("sweep") in wanted]
 
 
+def sweep_names(db_path: Path) -> list[str]:
+    """The sweeps that have rows in the database."""
+    from dlas.results.store import ResultStore
+
+    with ResultStore(db_path) as store:
+        return sorted({str(r["sweep"]) for r in store.conn.execute(
+            "SELECT DISTINCT sweep FROM points") if r["sweep"] is not None})
+
+
 def results(points: Iterable[Point]) -> list[Point]:
     """The points that may be shown as results (ok, verified, timed)."""
     return [p for p in points if p.is_result]
