@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,33 +23,189 @@ def no_compression(params: NoParams, model: nn.Module,
     return CompressionResult(model)
 
 
-class WeightPruningParams(BaseModel):
+#: The paper's schedules (Section 4.2): weight pruning from 50% in 10% steps, then 95% and
+#: 99%; channel pruning from 5% in 5% steps, then 99%.
+PAPER_WEIGHT_LEVELS = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+PAPER_CHANNEL_LEVELS = [round(0.05 * k, 2) for k in range(1, 20)] + [0.99]
+
+
+def _check_levels(levels: list[float], name: str = "levels") -> None:
+    if not levels or any(not 0 < s < 1 for s in levels):
+        raise ValueError(f"{name} must be non-empty levels in (0, 1)")
+    if any(b <= a for a, b in zip(levels, levels[1:], strict=False)):
+        raise ValueError(f"{name} must increase strictly, got {levels}")
+
+
+class PruningParams(BaseModel):
+    """Iterative pruning with fine-tuning between levels; which level is used."""
+
     model_config = ConfigDict(extra="forbid")
-    sparsity: float = Field(0.9, gt=0, lt=1, description="final share of zero conv weights")
-    steps: list[float] | None = Field(
-        None, description="iterative levels ending at `sparsity` (default: one step)")
+    levels: list[float] = Field(
+        description="pruning levels in schedule order; the fine-tuning epochs "
+                    "(budgets.finetune_epochs) are split evenly over them")
+    max_drop: float = Field(
+        0.01, ge=0, lt=1,
+        description="elbow: the highest level whose accuracy (and every lower level's) "
+                    "stays within this drop of the dense model, as a fraction "
+                    "(0.01 = 1 percentage point)")
+    level: float | None = Field(
+        None, gt=0, lt=1, description="use this level (one of `levels`) instead of the elbow")
+    level_by_model: dict[str, float] = Field(
+        {},
+        description="per model option name, the level to use (one of `levels`); "
+                    "overrides `level` and the elbow for those models")
 
     @model_validator(mode="after")
-    def _steps_reach_sparsity(self) -> WeightPruningParams:
-        if self.steps is not None:
-            if not self.steps or any(not 0 < s < 1 for s in self.steps):
-                raise ValueError("steps must be non-empty levels in (0, 1)")
-            if sorted(self.steps) != self.steps or self.steps[-1] != self.sparsity:
-                raise ValueError(f"steps must increase and end at sparsity={self.sparsity}")
+    def _levels_are_consistent(self) -> PruningParams:
+        from dlas.compression.elbow import find_level
+
+        _check_levels(self.levels)
+        fixed = dict(self.level_by_model)
+        if self.level is not None:
+            fixed["level"] = self.level
+        for where, level in fixed.items():
+            if find_level(self.levels, level) is None:
+                label = "level" if where == "level" else f"level_by_model[{where!r}]"
+                raise ValueError(f"{label}={level} is not one of levels {self.levels}")
         return self
 
 
+class WeightPruningParams(PruningParams):
+    levels: list[float] = Field(
+        default=PAPER_WEIGHT_LEVELS,
+        description="shares of conv weights pruned, in schedule order (paper: 50% to 90% "
+                    "in 10% steps, 95%, 99%); fine-tuning epochs are split evenly over them")
+    # The first form of this option: `sparsity` fixed the level, `steps` were the levels.
+    sparsity: float | None = Field(
+        None, gt=0, lt=1,
+        description="older form of `level` (with `steps`: older form of `levels`)")
+    steps: list[float] | None = Field(None, description="older form of `levels`")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_form(cls, data: Any) -> Any:
+        """{sparsity: s, steps: [..., s]} means {levels: [..., s], level: s}."""
+        if not isinstance(data, dict) or ("sparsity" not in data and "steps" not in data):
+            return data
+        data = dict(data)
+        sparsity, steps = data.get("sparsity"), data.get("steps")
+        if "levels" in data and steps is not None:
+            raise ValueError("give `levels` or its older form `steps`, not both")
+        if "level" in data and sparsity is not None:
+            raise ValueError("give `level` or its older form `sparsity`, not both")
+        if steps is not None:
+            if not isinstance(sparsity, (int, float)) or not isinstance(steps, list):
+                return data  # the field checks below name the wrong key
+            _check_levels(steps, "steps")
+            if steps[-1] != sparsity:
+                raise ValueError(f"steps must increase and end at sparsity={sparsity}")
+            data["levels"] = steps
+        elif isinstance(sparsity, (int, float)) and "levels" not in data:
+            data["levels"] = [sparsity]
+        if isinstance(sparsity, (int, float)):
+            data["level"] = sparsity
+        return data
+
+
+def _model_name(ctx: CompressionContext) -> str | None:
+    return getattr(ctx, "model_name", None) or None
+
+
+def _prune_and_choose(params: PruningParams, model: nn.Module, ctx: CompressionContext,
+                      prune_step: Callable[[nn.Module, float], object],
+                      ) -> tuple[nn.Module, dict[str, Any]]:
+    """Run the schedule, keep the chosen level's model, and describe it (the keys the
+    report reads: levels, chosen_level, max_drop, compression_ratio)."""
+    from dlas.compression.elbow import fixed_level, ideal_speedup, select_level
+    from dlas.compression.pruning import iterative_pruning
+
+    fixed = fixed_level(params.level, params.level_by_model, _model_name(ctx))
+
+    def choose(records: list[dict[str, Any]]) -> int | None:
+        selection = select_level(records, ctx.dense_accuracy, params.max_drop, fixed)
+        return None if selection is None else selection.index
+
+    model, records, _ = iterative_pruning(
+        model, ctx.bundle, params.levels, ctx.budgets.finetune_epochs, prune_step,
+        lr=ctx.budgets.finetune_lr, settings=ctx.fit_settings, choose=choose)
+    selection = select_level(records, ctx.dense_accuracy, params.max_drop, fixed)
+    assert selection is not None  # the schedule returned, so a level was chosen
+    chosen = records[selection.index]
+    info = {
+        "levels": records,
+        "chosen_level": selection.level,
+        "chosen_sparsity": chosen["sparsity"],
+        "chosen_accuracy": chosen["accuracy"],
+        "max_drop": params.max_drop,
+        "dense_accuracy": ctx.dense_accuracy,
+        "selected_by": selection.selected_by,
+        "within_drop": selection.within_drop,
+        "selection": selection.note,
+        "compression_ratio": ideal_speedup(selection.level),
+    }
+    return model, info
+
+
 @register("compression", "weight_pruning", params=WeightPruningParams, tags={"sparse"},
-          description="global L1 unstructured pruning of conv weights, fine-tuned between "
-                      "steps (the paper's 'weight pruning')")
+          version="2",
+          description="global L1 unstructured pruning of conv weights, iterative with "
+                      "fine-tuning between levels; the level used is the elbow (the "
+                      "paper's 'weight pruning')")
 def weight_pruning(params: WeightPruningParams, model: nn.Module,
                    ctx: CompressionContext) -> CompressionResult:
     from dlas.compression.base import CompressionResult
-    from dlas.compression.pruning import iterative_weight_pruning
+    from dlas.compression.pruning import prune_weights_global_l1
 
-    levels = params.steps or [params.sparsity]
-    model, records = iterative_weight_pruning(
-        model, ctx.bundle, levels, ctx.budgets.finetune_epochs, lr=ctx.budgets.finetune_lr,
-        settings=ctx.fit_settings,
-    )
-    return CompressionResult(model, {"levels": records})
+    model, info = _prune_and_choose(params, model, ctx, prune_weights_global_l1)
+    return CompressionResult(model, info)
+
+
+class ChannelPruningParams(PruningParams):
+    levels: list[float] = Field(
+        default=PAPER_CHANNEL_LEVELS,
+        description="shares of conv filters (output channels) pruned, in schedule order "
+                    "(paper: 5% to 95% in 5% steps, 99%); fine-tuning epochs are split "
+                    "evenly over them")
+
+
+def _channel_pruning(params: ChannelPruningParams, model: nn.Module,
+                     ctx: CompressionContext) -> tuple[nn.Module, dict[str, Any]]:
+    from dlas.compression.channel import batchnorm_after_conv, prune_channels_global_l1
+
+    batchnorms = batchnorm_after_conv(model)  # traced once, before any masks
+
+    def prune_step(m: nn.Module, level: float) -> nn.Module:
+        return prune_channels_global_l1(m, level, batchnorms)
+
+    return _prune_and_choose(params, model, ctx, prune_step)
+
+
+@register("compression", "channel_pruning", params=ChannelPruningParams, tags={"sparse"},
+          description="global L1 structured pruning of conv output channels (whole filters "
+                      "masked to zero, shape kept), iterative with fine-tuning; the level "
+                      "used is the elbow (the paper's 'channel pruning')")
+def channel_pruning(params: ChannelPruningParams, model: nn.Module,
+                    ctx: CompressionContext) -> CompressionResult:
+    from dlas.compression.base import CompressionResult
+
+    model, info = _channel_pruning(params, model, ctx)
+    return CompressionResult(model, info)
+
+
+@register("compression", "channel_pruning_physical", params=ChannelPruningParams,
+          description="channel_pruning, then the pruned channels and everything coupled to "
+                      "them removed (torch-pruning): a smaller dense model computing the "
+                      "same function")
+def channel_pruning_physical(params: ChannelPruningParams, model: nn.Module,
+                             ctx: CompressionContext) -> CompressionResult:
+    import torch
+
+    from dlas.compression.base import CompressionResult
+    from dlas.compression.physical import remove_zero_channels
+
+    model, info = _channel_pruning(params, model, ctx)
+    example = torch.randn((1, *ctx.bundle.input_shape),
+                          generator=torch.Generator().manual_seed(ctx.budgets.seed))
+    model, removal = remove_zero_channels(model, example)
+    info.update(removal)
+    return CompressionResult(model, info)

@@ -1,4 +1,5 @@
-"""Global L1 unstructured "weight pruning" of convolution weights, as in the paper.
+"""Global L1 unstructured "weight pruning" of convolution weights, as in the paper, and the
+iterative prune / fine-tune schedule that weight and channel pruning share.
 
 All Conv2d weights compete in one ranking by magnitude, so layers lose different shares
 of their weights; Linear layers, biases and BatchNorm are never pruned.
@@ -6,7 +7,7 @@ of their weights; Linear layers, biases and BatchNorm are never pruned.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -106,39 +107,63 @@ def _split_epochs(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def iterative_weight_pruning(
+#: ``prune_step(model, level)`` prunes ``model`` in place to ``level`` (masks, kept across
+#: calls so each step prunes further).
+PruneStep = Callable[[nn.Module, float], object]
+#: ``choose(records)`` returns the index of the level to keep among the records so far, or
+#: None while it cannot tell yet. It must be consistent across prefixes: once the full
+#: schedule's choice is among the records, it must be returned (see ``elbow.select_level``).
+Chooser = Callable[[list[dict[str, Any]]], int | None]
+
+
+def _last(records: list[dict[str, Any]]) -> int:
+    return len(records) - 1
+
+
+def _snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def iterative_pruning(
     model: nn.Module,
     bundle: DatasetBundle,
     levels: Sequence[float],
     finetune_epochs: int,
+    prune_step: PruneStep,
     *,
     lr: float = 0.05,
     settings: FitSettings | None = None,
+    choose: Chooser | None = None,
     permanent: bool = True,
-) -> tuple[nn.Module, list[dict[str, Any]]]:
-    """The paper's schedule: prune to each level in turn, fine-tuning after each step.
+) -> tuple[nn.Module, list[dict[str, Any]], int]:
+    """The paper's schedule: prune to each level in turn, fine-tuning after each step, and
+    return the model at the level ``choose`` picks (default: the last).
 
     ``finetune_epochs`` is the total, split evenly over the levels (the paper: 210 for
-    CIFAR-10). Records hold the level, the measured conv sparsity and the test accuracy
-    after that level's fine-tuning. With a ``settings.checkpoint_dir`` each level fine-tunes into
-    its own subfolder, so an interrupted schedule resumes: pruning is deterministic, and
-    finished levels just reload their result. The model is pruned in place; with
-    ``permanent`` the masks are removed at the end.
+    CIFAR-10). Records hold the level, the measured conv sparsity, the test accuracy after
+    that level's fine-tuning and its epochs. Only the state of the level currently chosen
+    is kept in memory (a copy of its state_dict), so a long schedule does not hold every
+    level. With a ``settings.checkpoint_dir`` each level fine-tunes into its own subfolder,
+    so an interrupted schedule resumes: pruning is deterministic, and finished levels just
+    reload their result. The model is pruned in place; with ``permanent`` the masks are
+    removed at the end (the zeros stay).
     """
     from dlas.models.training import FitSettings, evaluate, fine_tune
 
     settings = settings or FitSettings()
-
-    ordered = list(levels)
+    choose = choose or _last
+    ordered = [float(level) for level in levels]
     if not ordered:
         raise ValueError("levels must not be empty")
     if any(b <= a for a, b in zip(ordered, ordered[1:], strict=False)):
         raise ValueError(f"levels must increase strictly, got {ordered}")
     records: list[dict[str, Any]] = []
+    kept: tuple[int, dict[str, torch.Tensor]] | None = None
+    last = len(ordered) - 1
     for index, (level, epochs) in enumerate(
         zip(ordered, _split_epochs(finetune_epochs, len(ordered)), strict=True)
     ):
-        prune_weights_global_l1(model, level)
+        prune_step(model, level)
         if epochs > 0:
             level_dir = None
             if settings.checkpoint_dir is not None:
@@ -154,6 +179,36 @@ def iterative_weight_pruning(
                 "finetune_epochs": epochs,
             }
         )
+        if index < last and choose(records) == index:
+            kept = (index, _snapshot(model))
+    chosen = choose(records)
+    if chosen is None or not 0 <= chosen <= last:
+        raise RuntimeError(f"no pruning level was chosen among {ordered} (got {chosen})")
+    if chosen != last:
+        if kept is None or kept[0] != chosen:
+            raise RuntimeError(
+                f"level {ordered[chosen]} was chosen after the schedule, but was not the "
+                "choice when it was reached, so its weights were not kept")
+        model.load_state_dict(kept[1])
     if permanent:
         make_permanent(model)
+    model.eval()
+    return model, records, chosen
+
+
+def iterative_weight_pruning(
+    model: nn.Module,
+    bundle: DatasetBundle,
+    levels: Sequence[float],
+    finetune_epochs: int,
+    *,
+    lr: float = 0.05,
+    settings: FitSettings | None = None,
+    choose: Chooser | None = None,
+    permanent: bool = True,
+) -> tuple[nn.Module, list[dict[str, Any]]]:
+    """:func:`iterative_pruning` with global L1 unstructured weight pruning."""
+    model, records, _ = iterative_pruning(
+        model, bundle, levels, finetune_epochs, prune_weights_global_l1, lr=lr,
+        settings=settings, choose=choose, permanent=permanent)
     return model, records
