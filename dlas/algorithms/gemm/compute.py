@@ -11,9 +11,12 @@ group (a grouped conv is a batch of GEMMs; depthwise is the degenerate K = KH*KW
 
     out[n, o, p] = sum_k W[o, k] * col[n, g(o), k, p]
 
-NCHW output *is* the (O, OH*OW) result matrix in memory, so the product writes straight
-into it, indexing p as (y, x). The weight matrix is reshaped at compile time when the
-weight is a constant (`weight_2d`), and by index arithmetic on the OIHW weight otherwise.
+The pixel index p is stored split as (y, x): the same bytes as the flat (K, OH*OW) matrix,
+but the copy's inner loop is a plain (strided) row read instead of a per-element division,
+which made im2col alone as slow as the whole direct conv. NCHW output *is* the
+(O, OH*OW) result matrix in memory, so the product writes straight into it. The weight
+matrix is reshaped at compile time when the weight is a constant (`weight_2d`), and by
+index arithmetic on the OIHW weight otherwise.
 The CSR form multiplies the same im2col matrix by the CSR weight matrix.
 """
 
@@ -33,20 +36,19 @@ CSR_UPDATE_NAME = "conv2d_nchw_gemm_csr_update"
 
 
 def im2col(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
-    """The (N, groups, Cg*KH*KW, OH*OW) receptive-field matrix of `data`."""
+    """The (N, groups, Cg*KH*KW, OH, OW) receptive-field matrix of `data` (p split as y, x)."""
     _, cg, _, _ = spec.weight_shape
     sh, sw = spec.strides
     dh, dw = spec.dilation
-    _, _, _, ow = spec.out_shape
-    oh = spec.out_shape[2]
+    _, _, oh, ow = spec.out_shape
     padded = pad_nchw(data, spec.padding)
 
-    def fcol(n, g, k, p):
+    def fcol(n, g, k, y, x):
         c, ky, kx = split_column(spec, k)
         channel = c if spec.groups == 1 else g * cg + c
-        return padded[n, channel, (p // ow) * sh + ky * dh, (p % ow) * sw + kx * dw]
+        return padded[n, channel, y * sh + ky * dh, x * sw + kx * dw]
 
-    shape = (spec.batch, spec.groups, reduction_size(spec), oh * ow)
+    shape = (spec.batch, spec.groups, reduction_size(spec), oh, ow)
     return te.compute(shape, fcol, name=IM2COL_NAME)
 
 
@@ -54,7 +56,6 @@ def conv2d_nchw_gemm(data: te.Tensor, weights: dict[str, te.Tensor], spec: ConvS
                      ) -> te.Tensor:
     """im2col then (O, K) x (K, OH*OW) per group; `weights` holds weight_2d or the raw weight."""
     col = im2col(data, spec)
-    _, _, _, ow = spec.out_shape
     opg = spec.out_channels // spec.groups
     k = te.reduce_axis((0, reduction_size(spec)), name="k")
     acc = spec.out_dtype
@@ -72,7 +73,7 @@ def conv2d_nchw_gemm(data: te.Tensor, weights: dict[str, te.Tensor], spec: ConvS
 
     def fgemm(n, o, y, x):
         g = 0 if spec.groups == 1 else o // opg
-        return te.sum(widen(weight(o, k), acc) * widen(col[n, g, k, y * ow + x], acc), axis=k)
+        return te.sum(widen(weight(o, k), acc) * widen(col[n, g, k, y, x], acc), axis=k)
 
     return te.compute(spec.out_shape, fgemm, name=GEMM_NAME)
 
@@ -90,7 +91,7 @@ def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.T
     """TIR of the CSR GEMM: per (n, o) row, out[n, o, :] += val[e] * im2col[n, g, col[e], :]."""
     n_, o_, oh_, ow_ = spec.out_shape
     opg = spec.out_channels // spec.groups
-    groups, k_, p_ = (int(v) for v in colmat.shape[1:])
+    groups, k_ = (int(v) for v in colmat.shape[1:3])
     nnz = int(val.shape[0])
     acc = spec.out_dtype
     m_shape, v_shape, c_shape, r_shape = colmat.shape, val.shape, col.shape, ptr.shape
@@ -107,7 +108,8 @@ def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.T
         for n, oc in T.grid(n_, o_):
             with T.sblock(row_name):
                 vn, vo = T.axis.remap("SS", [n, oc])
-                T.reads(Mat[vn, 0:groups, 0:k_, 0:p_], Val[0:nnz], Col[0:nnz], Ptr[vo:vo + 2])
+                T.reads(Mat[vn, 0:groups, 0:k_, 0:oh_, 0:ow_], Val[0:nnz], Col[0:nnz],
+                        Ptr[vo:vo + 2])
                 T.writes(Out[vn, vo, 0:oh_, 0:ow_])
                 for j, y, x in T.grid(Ptr[vo + 1] - Ptr[vo], oh_, ow_):
                     with T.sblock(update_name):
@@ -118,6 +120,6 @@ def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.T
                             Out[vn, vo, vy, vx] = T.cast(0, acc)
                         Out[vn, vo, vy, vx] = Out[vn, vo, vy, vx] + T.cast(
                             Val[Ptr[vo] + vj], acc
-                        ) * T.cast(Mat[vn, vo // opg, Col[Ptr[vo] + vj], vy * ow_ + vx], acc)
+                        ) * T.cast(Mat[vn, vo // opg, Col[Ptr[vo] + vj], vy, vx], acc)
 
     return kernel

@@ -1,7 +1,7 @@
 """Minimal schedules of the GEMM convolution, dense and CSR (untuned; the paper's baseline).
 
-1. im2col stage: its leading loops (n, g, k) fused and run in parallel, the innermost
-   (the OH*OW pixel loop) vectorized (split by the SIMD lanes when long). Padding, when
+1. im2col stage: its leading loops (n, g, k, y) fused and run in parallel, the innermost
+   (the output-width pixel loop x) vectorized. Padding, when
    not inlined, gets the same treatment.
 2. Dense product `conv2d_nchw_gemm`, loops (n, o, y, x, k): n and o fused in parallel;
    the reduction k moved outside x, x vectorized, zero-initialisation split off. This is
