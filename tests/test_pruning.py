@@ -276,15 +276,21 @@ def test_ideal_speedup_is_the_compression_ratio() -> None:
 def test_weight_pruning_params_defaults_and_older_form() -> None:
     assert WeightPruningParams().levels == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
     assert WeightPruningParams().max_drop == 0.01 and WeightPruningParams().level is None
+    # the first form of the option: the same parameters, so the same cached results
     old = WeightPruningParams.model_validate({"sparsity": 0.8, "steps": [0.5, 0.8]})
-    assert (old.levels, old.level) == ([0.5, 0.8], 0.8)
+    assert old == WeightPruningParams(levels=[0.5, 0.8], level=0.8)
+    assert old.model_dump() == WeightPruningParams(levels=[0.5, 0.8], level=0.8).model_dump()
     old = WeightPruningParams.model_validate({"sparsity": 0.5})
-    assert (old.levels, old.level) == ([0.5], 0.5)
+    assert (old.levels, old.level, old.sparsity, old.steps) == ([0.5], 0.5, None, None)
     assert ChannelPruningParams().levels == [round(0.05 * k, 2) for k in range(1, 20)] + [0.99]
 
 
 @pytest.mark.parametrize(("raw", "message"), [
     ({"sparsity": 0.9, "steps": [0.5, 0.8]}, "end at sparsity=0.9"),
+    ({"sparsity": 0.9, "steps": [0.95, 0.9]}, "steps must increase"),
+    ({"steps": [0.5, 0.8]}, "needs `sparsity`"),
+    ({"sparsity": 1.5}, "sparsity\n.*less than 1"),
+    ({"sparsity": "lots"}, "sparsity\n.*valid number"),
     ({"levels": [0.5], "steps": [0.5]}, "not both"),
     ({"level": 0.6, "sparsity": 0.6}, "not both"),
     ({"levels": [0.8, 0.5]}, "increase strictly"),

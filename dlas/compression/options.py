@@ -49,7 +49,9 @@ class PruningParams(BaseModel):
                     "stays within this drop of the dense model, as a fraction "
                     "(0.01 = 1 percentage point)")
     level: float | None = Field(
-        None, gt=0, lt=1, description="use this level (one of `levels`) instead of the elbow")
+        None, gt=0, lt=1,
+        description="use this level (one of `levels`) instead of the elbow; the schedule "
+                    "still runs every level, for the accuracy curve")
     level_by_model: dict[str, float] = Field(
         {},
         description="per model option name, the level to use (one of `levels`); "
@@ -84,26 +86,34 @@ class WeightPruningParams(PruningParams):
     @model_validator(mode="before")
     @classmethod
     def _older_form(cls, data: Any) -> Any:
-        """{sparsity: s, steps: [..., s]} means {levels: [..., s], level: s}."""
+        """{sparsity: s, steps: [..., s]} means {levels: [..., s], level: s}; translated
+        here so both forms give the same parameters (and share cached results)."""
         if not isinstance(data, dict) or ("sparsity" not in data and "steps" not in data):
             return data
         data = dict(data)
         sparsity, steps = data.get("sparsity"), data.get("steps")
+        if (not isinstance(sparsity, (int, float, type(None)))
+                or (sparsity is not None and not 0 < sparsity < 1)
+                or not isinstance(steps, (list, type(None)))):
+            return data  # the field checks name the wrong key
         if "levels" in data and steps is not None:
             raise ValueError("give `levels` or its older form `steps`, not both")
         if "level" in data and sparsity is not None:
             raise ValueError("give `level` or its older form `sparsity`, not both")
         if steps is not None:
-            if not isinstance(sparsity, (int, float)) or not isinstance(steps, list):
-                return data  # the field checks below name the wrong key
+            if sparsity is None:
+                raise ValueError("`steps` (older form of `levels`) needs `sparsity`; "
+                                 "write {levels: [...]} instead")
             _check_levels(steps, "steps")
             if steps[-1] != sparsity:
                 raise ValueError(f"steps must increase and end at sparsity={sparsity}")
             data["levels"] = steps
-        elif isinstance(sparsity, (int, float)) and "levels" not in data:
+        elif sparsity is not None and "levels" not in data:
             data["levels"] = [sparsity]
-        if isinstance(sparsity, (int, float)):
+        if sparsity is not None:
             data["level"] = sparsity
+        data.pop("sparsity", None)
+        data.pop("steps", None)
         return data
 
 
