@@ -131,6 +131,8 @@ def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Pat
                 text = f"{fmt_acc(cell.accuracy)} ({fmt_ratio(cell.ratio)})"
                 if cell.accuracy_source and cell.accuracy_source != "pytorch":
                     text += f" [{cell.accuracy_source}]"
+                if cell.ort_accuracy is not None:
+                    text += f" (ONNX Runtime {fmt_acc(cell.ort_accuracy)})"
                 if pr and isinstance(pr.get(c), dict):
                     text += f" · paper {pr[c]['accuracy']}% ({pr[c]['ratio']}%)"
                 row.append(text)
@@ -145,7 +147,7 @@ def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Pat
             files.append(png)
             fig_no = paper.number("accuracy_figure", table.dataset)
             doc.add(Image(png, f"{fig_no or 'Figure 3'} ({table.dataset}): accuracy against "
-                               "pruning level (* = level used), and float16 / int8 accuracy"))
+                               "pruning level (star = level used), and float16 / int8 accuracy"))
 
 
 def _speed_section(doc: Document, points: list[Point], paper: Paper,

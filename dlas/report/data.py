@@ -114,6 +114,7 @@ class Point:
     accuracy: float | None = None
     dense_accuracy: float | None = None
     accuracy_source: str | None = None
+    ort_accuracy: float | None = None
     params: int | None = None
     macs: int | None = None
     sparsity: float | None = None
@@ -188,6 +189,7 @@ def point_from_row(row: dict[str, Any]) -> Point:
         accuracy=_float(row.get("accuracy")),
         dense_accuracy=_float(row.get("dense_accuracy")),
         accuracy_source=row.get("accuracy_source"),
+        ort_accuracy=_float(row.get("ort_accuracy")),
         params=row.get("params"),
         macs=row.get("macs"),
         sparsity=_float(row.get("sparsity")),

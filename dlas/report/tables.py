@@ -231,6 +231,7 @@ class AccuracyCell:
     accuracy: float | None
     ratio: float | None
     accuracy_source: str | None = None
+    ort_accuracy: float | None = None
 
 
 @dataclass
@@ -272,7 +273,8 @@ def accuracy_tables(points: Iterable[Point]) -> list[AccuracyTable]:
         any_point = dense or next(iter(per_comp.values()))
         top1 = dense.accuracy if dense else any_point.dense_accuracy
         cells = {
-            c: AccuracyCell(c, p.compression_label, p.accuracy, p.ratio, p.accuracy_source)
+            c: AccuracyCell(c, p.compression_label, p.accuracy, p.ratio, p.accuracy_source,
+                            p.ort_accuracy)
             for c, p in per_comp.items() if c != "none"
         }
         table = tables.setdefault(dataset, AccuracyTable(dataset, [], []))
