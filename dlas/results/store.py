@@ -1,8 +1,9 @@
 """The results database: embedded SQLite, one row per point of a sweep.
 
 A row holds everything needed to interpret the number later without the cache: the full
-resolved config, the environment, accuracy, latency statistics with raw samples, compile
-and tuning time, model size, and the verification against PyTorch. Failed and blocked
+resolved config, the environment, accuracy (and where it was measured), latency statistics
+with raw samples, compile and tuning time, model size and compression ratio, and the
+verification against the reference (PyTorch, or ONNX Runtime for int8 models). Failed and blocked
 points are rows too, with the error, so nothing a sweep tried is lost.
 """
 
@@ -29,7 +30,16 @@ COLUMNS: dict[str, str] = {
     "tuning": "TEXT",
     "target": "TEXT",
     "accuracy": "REAL",
+    #: 'pytorch' (float32: PyTorch computes what TVM runs) or 'tvm' (float16/int8: measured
+    #: on the compiled module); NULL when no accuracy is available.
+    "accuracy_source": "TEXT",
+    #: int8: accuracy of the same quantized model in ONNX Runtime.
+    "ort_accuracy": "REAL",
     "dense_accuracy": "REAL",
+    #: numeric format of the convolutions: float32, float16 or int8.
+    "precision": "TEXT",
+    #: the compression's ideal speedup (20 for 95% pruning, 2 for float16, 4 for int8).
+    "compression_ratio": "REAL",
     "latency_median_ms": "REAL",
     "latency_mean_ms": "REAL",
     "latency_std_ms": "REAL",
@@ -46,8 +56,13 @@ COLUMNS: dict[str, str] = {
     "sparsity": "REAL",
     "size_bytes": "INTEGER",
     "verified": "INTEGER",
+    #: what the compiled output was verified against: 'pytorch' or 'onnxruntime' (int8).
+    "verification_reference": "TEXT",
     "max_abs_diff": "REAL",
     "top1_agreement": "REAL",
+    #: agreement with the float32 PyTorch model (differs from the above for int8).
+    "fp32_max_abs_diff": "REAL",
+    "fp32_top1_agreement": "REAL",
     "conv_fallbacks": "TEXT",
     "train_history": "TEXT",
     "compression_info": "TEXT",

@@ -29,6 +29,21 @@ def make_console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=width)
 
 
+_REFERENCE = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
+#: Accuracy columns: None on a row that ran means there is none to report.
+ACCURACY_COLUMNS = ("accuracy", "dense_accuracy", "ort_accuracy")
+
+
+def _accuracy(row: dict[str, Any], col: str, digits: int = 3) -> str:
+    """An accuracy, or 'unavailable' where a point ran but has none (e.g. a pretrained
+    model without its weights); never a made-up number."""
+    value = row.get(col)
+    if value is None and row.get("status") in ("ok", "verification_failed"):
+        if col != "ort_accuracy" or row.get("precision") == "int8":
+            return "unavailable"
+    return _fmt(value, digits)
+
+
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -75,8 +90,10 @@ class RunConsole:
         style = _STATUS_STYLE.get(status, "")
         detail = ""
         if status == "ok":
+            source = f" ({row['accuracy_source']})" if row.get("accuracy_source") else ""
+            reference = _REFERENCE.get(row.get("verification_reference") or "pytorch", "PyTorch")
             detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
-                      f"{_fmt(row['accuracy'])}, max |diff| vs PyTorch "
+                      f"{_accuracy(row, 'accuracy')}{source}, max |diff| vs {reference} "
                       f"{row['max_abs_diff']:.2e}")
         elif row.get("error"):
             detail = escape(f" {row.get('error_stage') or ''}: {row['error']}")
@@ -160,6 +177,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
                 cells.append("-" if value is None else ("yes" if value else "NO"))
             elif col == "error" and value:
                 cells.append(escape(str(value)[:120]))
+            elif col in ACCURACY_COLUMNS:
+                cells.append(escape(_accuracy(row, col, 4)))
             else:
                 cells.append(escape(_fmt(value, 4)))
         table.add_row(*cells)

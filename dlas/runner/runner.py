@@ -159,6 +159,12 @@ class Runner:
         return self._memoized("data", keys.data, produce)
 
     def _train(self, point: Point, keys: stages.StageKeys) -> tuple[Any, dict[str, Any]]:
+        """Train the model option's module; a "pretrained" option's module is used as built.
+
+        Accuracy is the test accuracy, or None for a pretrained option whose module says
+        its real weights were not loaded (`dlas_pretrained` false): a number for random
+        weights would be mistaken for a result.
+        """
         import torch
 
         from dlas.models.macs import count_macs, count_params
@@ -167,17 +173,24 @@ class Runner:
         bundle = self._data(point, keys)
         b = point.budgets
         choice = point.models
+        pretrained = stages.is_pretrained(point)
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
             torch.manual_seed(b.seed)
             model = choice.option.fn(choice.params, num_classes=bundle.num_classes,
                                      input_shape=bundle.input_shape)
-            if b.epochs > 0:
+            if pretrained:
+                meta.update(pretrained=True, history=[],
+                            weights_loaded=bool(getattr(model, "dlas_pretrained", False)))
+            elif b.epochs > 0:
                 result = train_model(model, bundle, b.epochs, max_lr=b.max_lr,
                                      settings=self._fit_settings(b, "train", keys.train))
                 model, meta["history"] = result.model, result.history
             model.eval()
-            meta["accuracy"] = evaluate(model, bundle.test)
+            if pretrained and not meta["weights_loaded"]:
+                meta["accuracy"] = None
+            else:
+                meta["accuracy"] = evaluate(model, bundle.test)
             meta["params"] = count_params(model)
             meta["macs"] = count_macs(model, bundle.input_shape)
             torch.save(model, tmp / "model.pt")
@@ -187,10 +200,16 @@ class Runner:
 
         return self._stage("train", keys.train, compute, load)
 
-    def _compress(self, point: Point, keys: stages.StageKeys) -> tuple[Any, dict[str, Any]]:
+    def _compress(self, point: Point, keys: stages.StageKeys) -> Compressed:
+        """Apply the compression option; store the model and, for int8, the quantized ONNX.
+
+        Accuracy here is PyTorch's for float32 results. A reduced-precision result is only
+        what it computes once compiled, so its accuracy is measured on the TVM module (in
+        the measure stage); int8 also gets ONNX Runtime's accuracy on the same QDQ model.
+        """
         import torch
 
-        from dlas.compression.base import CompressionContext
+        from dlas.compression.base import CompressionContext, Float16Conversion, QuantizedOnnx
         from dlas.compression.pruning import conv_sparsity
         from dlas.models.macs import count_macs, count_params
         from dlas.models.training import evaluate, fine_tune
@@ -199,59 +218,111 @@ class Runner:
         dense, train_meta = self._train(point, keys)
         b = point.budgets
         choice = point.compression
+        accuracy_available = train_meta["accuracy"] is not None
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
             settings = self._fit_settings(b, "compress", keys.compress, what="fine-tune")
+            ctx_bundle = _with_train_split_check(bundle, point)
             ctx = CompressionContext(
-                bundle=bundle, budgets=b, dense_accuracy=train_meta["accuracy"],
+                bundle=ctx_bundle, budgets=b, dense_accuracy=train_meta["accuracy"],
                 fit_settings=settings,
                 evaluate=lambda m: evaluate(m, bundle.test),
-                fine_tune=lambda m, epochs: fine_tune(m, bundle, epochs, lr=b.finetune_lr,
+                fine_tune=lambda m, epochs: fine_tune(m, ctx_bundle, epochs, lr=b.finetune_lr,
                                                       settings=settings).model,
+                model_name=point.models.name,
             )
             result = choice.option.fn(choice.params, copy.deepcopy(dense), ctx)
             model = result.model.eval()
+            precision = result.precision
             torch.save(model, tmp / "model.pt")
+            size = (tmp / "model.pt").stat().st_size
+            accuracy = ort_accuracy = None
+            deployment = result.deployment
+            if isinstance(deployment, QuantizedOnnx):
+                from dlas.compression.int8 import OrtModel
+
+                (tmp / QUANTIZED_ONNX).write_bytes(deployment.model)
+                size = len(deployment.model)
+                if accuracy_available:
+                    ort_accuracy = OrtModel(deployment.model).accuracy(bundle.test)
+                meta["deployment"] = {"onnx": QUANTIZED_ONNX}
+            elif isinstance(deployment, Float16Conversion):
+                size = _float16_size(model)
+                meta["deployment"] = {"accumulate": deployment.accumulate}
+            elif accuracy_available:
+                accuracy = evaluate(model, bundle.test)
             params = count_params(model)
             nonzero = int(sum(int(torch.count_nonzero(p)) for p in model.parameters()))
             meta.update(
                 info=result.info,
-                accuracy=evaluate(model, bundle.test),
+                precision=precision,
+                accuracy=accuracy,
+                ort_accuracy=ort_accuracy,
                 dense_accuracy=train_meta["accuracy"],
                 params=params,
                 nonzero_params=nonzero,
                 macs=count_macs(model, bundle.input_shape),
                 sparsity=conv_sparsity(model),
-                size_bytes=(tmp / "model.pt").stat().st_size,
+                size_bytes=size,
             )
 
-        def load(path: Path, meta: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-            return torch.load(path / "model.pt", weights_only=False).eval(), meta
+        def load(path: Path, meta: dict[str, Any]) -> Compressed:
+            model = torch.load(path / "model.pt", weights_only=False).eval()
+            return Compressed(model, meta, path)
 
         return self._stage("compress", keys.compress, compute, load)
 
-    def _import(self, point: Point, keys: stages.StageKeys) -> tuple[Any, np.ndarray, np.ndarray]:
+    def _import(self, point: Point, keys: stages.StageKeys) -> Imported:
+        """Import the deployed form into Relax, with the outputs it must reproduce.
+
+        `reference.npz` holds the verification inputs, `outputs` (what the compiled model
+        must compute: PyTorch's output, or ONNX Runtime's for an int8 QDQ model) and
+        `fp32_outputs` (the float32 PyTorch model's, for the record).
+        """
         import torch
 
+        from dlas.compiler.quantized import conv_dtypes
         from dlas.compiler.relax_import import import_torch_model, load_imported, save_imported
         from dlas.datasets.base import fixed_batch
 
         bundle = self._data(point, keys)
-        model, _ = self._compress(point, keys)
+        compressed = self._compress(point, keys)
+        model, comp_meta = compressed.model, compressed.meta
+        precision = comp_meta["precision"]
         b = point.budgets
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
-            imported = import_torch_model(model, (1, *bundle.input_shape))
-            save_imported(imported, tmp / "relax")
+            input_shape = (1, *bundle.input_shape)
             inputs = fixed_batch(bundle.test, b.verify_samples, b.seed)
             with torch.no_grad():
-                outputs = model(inputs)
-            np.savez(tmp / "reference.npz", inputs=inputs.numpy(), outputs=outputs.numpy())
-            meta["input_shape"] = list(imported.input_shape)
+                fp32_outputs = model(inputs).numpy()
+            outputs, reference = fp32_outputs, "pytorch"
+            if precision == "int8":
+                from dlas.compiler.quantized import import_qdq_onnx, output_step
+                from dlas.compression.int8 import OrtModel
 
-        def load(path: Path, meta: dict[str, Any]) -> tuple[Any, np.ndarray, np.ndarray]:
-            ref = np.load(path / "reference.npz")
-            return load_imported(path / "relax"), ref["inputs"], ref["outputs"]
+                onnx_bytes = (compressed.path / comp_meta["deployment"]["onnx"]).read_bytes()
+                imported, report = import_qdq_onnx(onnx_bytes, input_shape)
+                meta["int8_convs"] = report.as_dict()
+                meta["output_step"] = output_step(onnx_bytes)
+                outputs, reference = OrtModel(onnx_bytes)(inputs.numpy()), "onnxruntime"
+            else:
+                imported = import_torch_model(model, input_shape)
+                if precision == "float16":
+                    from dlas.compiler.precision import convert_float16
+
+                    imported = convert_float16(imported, comp_meta["deployment"]["accumulate"])
+            save_imported(imported, tmp / "relax")
+            np.savez(tmp / "reference.npz", inputs=inputs.numpy(), outputs=outputs,
+                     fp32_outputs=fp32_outputs)
+            meta.update(input_shape=list(imported.input_shape), precision=precision,
+                        reference=reference,
+                        conv_dtypes=[list(d) for d in conv_dtypes(imported.mod)])
+
+        def load(path: Path, meta: dict[str, Any]) -> Imported:
+            with np.load(path / "reference.npz") as ref:
+                return Imported(load_imported(path / "relax"), ref["inputs"], ref["outputs"],
+                                ref["fp32_outputs"], meta)
 
         return self._stage("import", keys.import_, compute, load)
 
@@ -259,7 +330,7 @@ class Runner:
         from dlas.compiler.build import compile_model
         from dlas.tuning.base import TuningContext
 
-        imported, _, _ = self._import(point, keys)
+        imported = self._import(point, keys).model
         target = stages.resolve_target(point)
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
@@ -288,12 +359,16 @@ class Runner:
         return self._stage("compile", keys.compile, compute, load)
 
     def _measure(self, point: Point, keys: stages.StageKeys) -> dict[str, Any]:
+        """Verify the compiled module, time it, and for reduced precision measure its
+        test accuracy (the compiled module is the only place that number exists)."""
         from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm
         from dlas.measure.verify import verify_outputs
 
-        _, ref_inputs, ref_outputs = self._import(point, keys)
+        imported = self._import(point, keys)
         executable, _ = self._compile(point, keys)
+        _, train_meta = self._train(point, keys)
         b = point.budgets
+        precision = imported.meta["precision"]
 
         threads = stages.resolve_target(point).num_threads
 
@@ -301,13 +376,23 @@ class Runner:
             vm = load_vm(executable)
             if threads:
                 meta["threads"] = set_num_threads(threads)
-            got = run_batch(vm, ref_inputs)
-            verification = verify_outputs(got, ref_outputs)
+            got = run_batch(vm, imported.inputs)
+            verification = verify_outputs(got, imported.outputs, dtype=precision,
+                                          reference=imported.meta["reference"],
+                                          output_step=imported.meta.get("output_step"))
             meta["verification"] = verification.as_dict()
+            fp32 = verify_outputs(got, imported.fp32_outputs, dtype=precision,
+                                  output_step=imported.meta.get("output_step"))
+            meta["fp32_agreement"] = {"max_abs_diff": fp32.max_abs_diff,
+                                      "top1_agreement": fp32.top1_agreement}
             if not verification.passed:
                 meta["error"] = verification.explain()
                 return  # a variant computing another function is not timed
-            x = ref_inputs[:1]
+            if precision != "float32" and train_meta["accuracy"] is not None:
+                bundle = self._data(point, keys)
+                with self.console.activity("accuracy of the compiled model"):
+                    meta["accuracy"] = _vm_accuracy(vm, bundle.test)
+            x = imported.inputs[:1]
             samples: list[float] = []
             chunk = max(1, min(25, b.measure_repeat // 10 or 1))
             with self.console.measuring(b.measure_repeat) as advance:
@@ -340,7 +425,7 @@ class Runner:
         before = dict(self.report.seconds)
         try:
             _, train_meta = self._train(point, keys)
-            _, comp_meta = self._compress(point, keys)
+            comp_meta = self._compress(point, keys).meta
             _, compile_meta = self._compile(point, keys)
             measured = self._measure(point, keys)
         except StageFailed as failure:
@@ -352,9 +437,20 @@ class Runner:
             row["stage_seconds"] = {s: self.report.seconds[s] - before.get(s, 0.0)
                                     for s in stages.STAGES}
         verification = measured["verification"]
+        precision = comp_meta["precision"]
+        # float32: PyTorch computes what TVM does (verified); reduced precision: only the
+        # compiled module computes the deployed function, so its accuracy is TVM's.
+        accuracy, source = comp_meta["accuracy"], "pytorch"
+        if precision != "float32":
+            accuracy, source = measured.get("accuracy"), "tvm"
+        fp32 = measured.get("fp32_agreement", {})
         row.update(
-            accuracy=comp_meta["accuracy"],
+            accuracy=accuracy,
+            accuracy_source=source if accuracy is not None else None,
+            ort_accuracy=comp_meta.get("ort_accuracy"),
             dense_accuracy=train_meta["accuracy"],
+            precision=precision,
+            compression_ratio=_ratio(comp_meta["info"]),
             params=comp_meta["params"], nonzero_params=comp_meta["nonzero_params"],
             macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
             size_bytes=comp_meta["size_bytes"],
@@ -363,9 +459,12 @@ class Runner:
             train_history=train_meta.get("history"),
             compression_info=comp_meta["info"],
             verified=int(verification["passed"]),
+            verification_reference=verification.get("reference", "pytorch"),
             max_abs_diff=verification["max_abs_diff"],
             threads=measured.get("threads"),
             top1_agreement=verification["top1_agreement"],
+            fp32_max_abs_diff=fp32.get("max_abs_diff"),
+            fp32_top1_agreement=fp32.get("top1_agreement"),
         )
         if not verification["passed"]:
             row.update(status="verification_failed", error_stage="measure",
@@ -421,6 +520,97 @@ class Runner:
                 report.wall_seconds = time.perf_counter() - start
                 self.console.summary(report)
         return report
+
+
+#: File name of an int8 model's quantized ONNX in its compress-stage entry.
+QUANTIZED_ONNX = "model_int8.onnx"
+
+
+@dataclass
+class Compressed:
+    """A compress-stage entry: the PyTorch model, its facts, and where its files are."""
+
+    model: Any
+    meta: dict[str, Any]
+    path: Path
+
+
+@dataclass
+class Imported:
+    """An import-stage entry: the Relax model and the outputs its compiled form must give."""
+
+    model: Any
+    inputs: np.ndarray
+    #: What the compiled model must compute (PyTorch's, or ONNX Runtime's for int8).
+    outputs: np.ndarray
+    #: The float32 PyTorch model's outputs on the same inputs.
+    fp32_outputs: np.ndarray
+    meta: dict[str, Any]
+
+
+def _ratio(info: dict[str, Any]) -> float | None:
+    value = info.get("compression_ratio")
+    return None if value is None else float(value)
+
+
+def _float16_size(model: Any) -> int:
+    """Bytes of the model saved with float16 weights (what a float16 deployment stores)."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(copy.deepcopy(model).half().state_dict(), buffer)
+    return buffer.getbuffer().nbytes
+
+
+def _vm_accuracy(vm: Any, dataset: Any, batch_size: int = 256) -> float:
+    """Top-1 accuracy of a compiled (batch-1) module over a dataset."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from dlas.measure.timing import run_batch
+
+    correct = seen = 0
+    for x, y in DataLoader(dataset, batch_size=batch_size, num_workers=0):
+        logits = run_batch(vm, x.numpy())
+        correct += int((logits.argmax(axis=1) == torch.as_tensor(y).numpy()).sum())
+        seen += len(y)
+    if seen == 0:
+        raise ValueError("cannot evaluate on an empty dataset")
+    return correct / seen
+
+
+class MissingSplit:
+    """Stands in for a training split a dataset does not have: any use says so."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def __len__(self) -> int:
+        raise RuntimeError(self.message)
+
+    def __getitem__(self, index: int) -> Any:
+        raise RuntimeError(self.message)
+
+
+def _with_train_split_check(bundle: Any, point: Point) -> Any:
+    """The bundle, or for a dataset without training images one whose `train` raises a
+    clear error when a compression tries to fine-tune or calibrate on it."""
+    import dataclasses
+
+    train = bundle.train
+    try:
+        missing = train is None or len(train) == 0
+    except Exception:  # a split that raises its own error on use explains itself
+        missing = False
+    if not missing:
+        return bundle
+    message = (f"dataset '{bundle.name}' has no training split: compression "
+               f"'{point.compression.name}' cannot fine-tune (or calibrate) the model "
+               f"'{point.models.name}' on it; set budgets.finetune_epochs: 0, or use a "
+               "dataset with training images")
+    return dataclasses.replace(bundle, train=MissingSplit(message))
 
 
 _LAYER_COLUMNS = {"dataset": "datasets", "model": "models", "compression": "compression",

@@ -24,7 +24,17 @@ from dlas.targets.base import TargetSpec
 STAGES = ("data", "train", "compress", "import", "compile", "measure")
 
 #: Bump a stage's version when its own code changes what it produces.
-STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 1, "import": 1, "compile": 1, "measure": 1}
+#: compress 2: precision/deployment (int8 ONNX), accuracy None when unavailable or measured
+#: later; import 2: float16/int8 imports, ONNX Runtime reference; measure 2: per-precision
+#: verification, agreement with float32, accuracy of reduced-precision compiled models.
+STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 2, "compile": 1, "measure": 2}
+
+#: Model-option tag: the option returns a ready (pretrained) model that is not trained.
+PRETRAINED_TAG = "pretrained"
+
+
+def is_pretrained(point: Point) -> bool:
+    return PRETRAINED_TAG in point.models.tags
 
 
 @functools.cache
@@ -63,8 +73,10 @@ def stage_keys(point: Point) -> StageKeys:
     b = point.budgets
     c = point.choices
     data = _key("data", dataset=c["datasets"].identity(), seed=b.seed)
-    train = _key("train", data=data, model=c["models"].identity(), epochs=b.epochs,
-                 data_fraction=b.data_fraction, batch_size=b.batch_size, max_lr=b.max_lr)
+    training = {} if is_pretrained(point) else {
+        "epochs": b.epochs, "data_fraction": b.data_fraction, "batch_size": b.batch_size,
+        "max_lr": b.max_lr}
+    train = _key("train", data=data, model=c["models"].identity(), **training)
     compress = _key("compress", train=train, compression=c["compression"].identity(),
                     finetune_epochs=b.finetune_epochs, data_fraction=b.data_fraction,
                     batch_size=b.batch_size, finetune_lr=b.finetune_lr)

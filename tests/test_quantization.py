@@ -1,0 +1,273 @@
+"""float16 and int8 deployment: real ONNX Runtime quantization, real TVM builds.
+
+A small CNN trained for one epoch on digits (about 85% test accuracy in a second), so
+accuracies mean something: stride-2 conv + batch-norm, depthwise conv, 1x1 conv with bias,
+a residual add, and a linear head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import numpy_helper
+from torch import nn
+from tvm import s_tir, tirx
+
+from dlas import registry
+from dlas.algorithms.base import CONV_ALGORITHM_ATTR, ConvSpec
+from dlas.algorithms.direct import DirectConv
+from dlas.compiler.build import compile_model, lower_to_tir, make_target
+from dlas.compiler.minimal_schedule import conv_spec_of, leaf_blocks
+from dlas.compiler.precision import convert_float16
+from dlas.compiler.quantized import conv_dtypes, import_qdq_onnx, output_step
+from dlas.compiler.relax_import import import_torch_model
+from dlas.compression.int8 import OrtModel, calibration_inputs, export_onnx, quantize_qdq
+from dlas.datasets.base import fixed_batch
+from dlas.measure.timing import load_vm, run_batch
+from dlas.measure.verify import verify_outputs
+from dlas.results.store import ResultStore
+from dlas.runner.runner import Runner, Workspace
+from dlas.sweep.config import parse_config
+
+INT8 = ("int8", "int8", "int32")
+TARGET = {"kind": "llvm"}
+
+
+class DigitsCNN(nn.Module):
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False),
+                                  nn.BatchNorm2d(8), nn.ReLU())
+        self.dw = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False),
+                                nn.BatchNorm2d(8), nn.ReLU())
+        self.pw = nn.Conv2d(8, 8, 1)
+        self.down = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.head = nn.Linear(16 * 8 * 8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = x + torch.relu(self.pw(self.dw(x)))
+        return self.head(torch.flatten(torch.relu(self.down(x)), 1))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def digits_cnn_option():
+    @registry.register("models", "test_digits_cnn", description="test-only CNN, learns fast")
+    def digits_cnn(params, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+        return DigitsCNN(num_classes)
+
+    yield
+    registry.unregister("models", "test_digits_cnn")
+
+
+@pytest.fixture(scope="module")
+def digits():
+    from dlas.datasets.digits import load_digits
+
+    return load_digits()
+
+
+@pytest.fixture(scope="module")
+def model(digits) -> nn.Module:
+    from dlas.models.training import FitSettings, seed_all, train_model
+
+    seed_all(0)
+    net = DigitsCNN()
+    train_model(net, digits, 1, settings=FitSettings(batch_size=32, data_fraction=0.5,
+                                                     progress=False))
+    return net.eval()
+
+
+@pytest.fixture(scope="module")
+def fp32_onnx(model, digits) -> bytes:
+    return export_onnx(model, digits.input_shape)
+
+
+@pytest.fixture(scope="module")
+def quantized(fp32_onnx, digits) -> dict[str, bytes]:
+    images, _ = calibration_inputs(digits, 64, seed=0)
+    return {"calibrated": quantize_qdq(fp32_onnx, images),
+            "uncalibrated": quantize_qdq(fp32_onnx, global_scale=8.0)}
+
+
+@pytest.fixture(scope="module")
+def inputs(digits) -> np.ndarray:
+    return fixed_batch(digits.test, 32, seed=0).numpy()
+
+
+def _lowered_convs(mod) -> list[tuple[str, ConvSpec]]:
+    """(algorithm, spec) of every conv block the compiler tagged in the lowered TIR."""
+    found = []
+    for _, func in mod.functions_items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        sch = s_tir.Schedule(func)
+        for block in leaf_blocks(sch):
+            spec = conv_spec_of(sch, block)
+            if spec is not None:
+                found.append((str(sch.get(block).annotations[CONV_ALGORITHM_ATTR]), spec))
+    return sorted(found, key=lambda item: (item[1].data_shape, item[1].weight_shape))
+
+
+def _activation_scales(onnx_model: bytes) -> dict[str, float]:
+    """Scale of every QuantizeLinear on a computed tensor (not on a weight)."""
+    graph = onnx.load_from_string(onnx_model).graph
+    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    return {node.input[0]: float(constants[node.input[1]])
+            for node in graph.node
+            if node.op_type == "QuantizeLinear" and node.input[0] not in constants}
+
+
+def test_int8_convs_reach_the_algorithm_as_int8(quantized) -> None:
+    from tvm.relax.frontend.onnx import from_onnx
+
+    qdq = quantized["calibrated"]
+    # TVM's frontend alone runs the QDQ model as fake quantization: float convs
+    literal = from_onnx(onnx.load_from_string(qdq), shape_dict={"input": [1, 3, 32, 32]})
+    assert conv_dtypes(literal) == [("float32", "float32", "float32")] * 4
+
+    imported, report = import_qdq_onnx(qdq, (1, 3, 32, 32))
+    assert len(report.rewritten) == 4 and report.kept_float == []
+    assert conv_dtypes(imported.mod) == [INT8] * 4
+    lowered, legalizer = lower_to_tir(imported.mod, imported.params, DirectConv(),
+                                      make_target(TARGET))
+    assert legalizer.fallbacks == []
+    convs = _lowered_convs(lowered)
+    assert [algorithm for algorithm, _ in convs] == ["direct"] * 4
+    assert [(s.data_dtype, s.weight_dtype, s.out_dtype) for _, s in convs] == [INT8] * 4
+    assert any(s.is_depthwise for _, s in convs)
+
+
+@pytest.mark.parametrize("variant", ["calibrated", "uncalibrated"])
+def test_int8_tvm_computes_what_onnxruntime_computes(
+        quantized, model, inputs, tmp_path: Path, variant: str) -> None:
+    qdq = quantized[variant]
+    imported, _ = import_qdq_onnx(qdq, (1, 3, 32, 32))
+    result = compile_model(imported, DirectConv(), TARGET, tmp_path)
+    assert result.fallbacks == [] and result.conv_count == 4
+    got = run_batch(load_vm(result.executable_path), inputs)
+    ort = OrtModel(qdq)(inputs)
+    step = output_step(qdq)
+    assert step is not None and step > 0
+    check = verify_outputs(got, ort, "int8", "onnxruntime", output_step=step)
+    assert check.passed, check.explain()
+    assert check.top1_agreement == 1.0
+    assert check.max_abs_diff <= 3 * step  # at most a few output steps apart
+    with torch.no_grad():
+        fp32 = model(torch.as_tensor(inputs)).numpy()
+    assert not np.allclose(got, fp32, atol=1e-6)  # really quantized
+    if variant == "calibrated":  # calibration keeps int8 close to the float model
+        assert verify_outputs(got, fp32, "int8", output_step=step).top1_agreement >= 0.9
+
+
+def test_uncalibrated_ranges_are_fixed_and_calibrated_come_from_data(
+        quantized, digits) -> None:
+    uncalibrated = _activation_scales(quantized["uncalibrated"])
+    calibrated = _activation_scales(quantized["calibrated"])
+    assert uncalibrated.keys() == calibrated.keys() and len(calibrated) >= 6
+    # symmetric int8: the range [-8, 8] maps onto [-127, 127]
+    assert list(uncalibrated.values()) == pytest.approx([8.0 / 127] * len(uncalibrated))
+    images, _ = calibration_inputs(digits, 64, seed=0)
+    assert calibrated["input"] == pytest.approx(np.abs(images).max() / 127, rel=1e-5)
+    assert len(set(calibrated.values())) > 3
+
+
+def test_calibration_recovers_what_a_fixed_range_loses(
+        quantized, model, digits, fp32_onnx) -> None:
+    from dlas.models.training import evaluate
+
+    dense = evaluate(model, digits.test)
+    calibrated = OrtModel(quantized["calibrated"]).accuracy(digits.test)
+    # a fixed range of [-1, 1] clips this model's activations
+    clipped = OrtModel(quantize_qdq(fp32_onnx, global_scale=1.0)).accuracy(digits.test)
+    assert dense > 0.6
+    assert calibrated >= dense - 0.03
+    assert clipped < calibrated - 0.05
+
+
+@pytest.mark.parametrize("accumulate", ["float32", "float16"])
+def test_float16_convs_compile_and_match_pytorch(
+        model, inputs, tmp_path: Path, accumulate: str) -> None:
+    imported = convert_float16(import_torch_model(model, (1, 3, 32, 32)), accumulate)
+    assert conv_dtypes(imported.mod) == [("float16", "float16", accumulate)] * 4
+    assert {str(v.dtype) for v in imported.params.values()} == {"float16"}
+    result = compile_model(imported, DirectConv(), TARGET, tmp_path)
+    assert result.fallbacks == [] and result.conv_count == 4
+    got = run_batch(load_vm(result.executable_path), inputs)
+    with torch.no_grad():
+        ref = model(torch.as_tensor(inputs)).numpy()
+    check = verify_outputs(got, ref, "float16")
+    assert check.passed, check.explain()
+    assert check.max_abs_diff > 0  # float16 arithmetic, not float32
+    assert check.top1_agreement >= 0.95
+
+
+def test_float16_rejects_parameters_beyond_its_range(model) -> None:
+    imported = import_torch_model(model, (1, 3, 32, 32))
+    name = next(iter(imported.params))
+    imported.params[name] = imported.params[name] * 1e6
+    with pytest.raises(ValueError, match="beyond float16's range"):
+        convert_float16(imported)
+
+
+def test_calibration_needs_images() -> None:
+    from dlas.datasets.base import DatasetBundle
+
+    empty = DatasetBundle("nothing", train=None, test=[], num_classes=10,
+                          input_shape=(3, 32, 32))
+    with pytest.raises(ValueError, match="neither a calibration slice nor a training split"):
+        calibration_inputs(empty, 16, seed=0)
+    with pytest.raises(ValueError, match="either calibration images or a global_scale"):
+        quantize_qdq(b"unused")
+
+
+SWEEP = """
+name: precision
+datasets: [digits]
+models: [test_digits_cnn]
+compression:
+  - none
+  - float16
+  - int8
+  - name: int8_uncalibrated
+    params: {global_scale: 8.0}
+budgets: {epochs: 1, data_fraction: 0.5, batch_size: 32, measure_repeat: 3,
+          verify_samples: 8}
+"""
+
+
+def test_sweep_records_accuracy_of_the_compiled_models(tmp_path: Path,
+                                                       shared_cache: Path) -> None:
+    runner = Runner(Workspace(tmp_path, shared_cache), progress=False)
+    report = runner.run(parse_config(SWEEP))
+    assert report.ok == 4, [r.get("error") for r in report.rows]
+    with ResultStore(tmp_path / "results.db") as store:
+        rows = {r["compression"]: r for r in store.rows()}
+    dense, fp16 = rows["none"], rows["float16"]
+    calibrated, uncalibrated = rows["int8"], rows["int8_uncalibrated"]
+    assert dense["accuracy_source"] == "pytorch" and dense["precision"] == "float32"
+    assert dense["accuracy"] > 0.6 and dense["ort_accuracy"] is None
+
+    assert (fp16["precision"], fp16["accuracy_source"]) == ("float16", "tvm")
+    assert fp16["compression_ratio"] == 2.0 and fp16["ort_accuracy"] is None
+    assert fp16["accuracy"] == pytest.approx(dense["accuracy"], abs=0.02)
+    assert fp16["verification_reference"] == "pytorch" and fp16["verified"] == 1
+    assert fp16["size_bytes"] < dense["size_bytes"]
+
+    for row in (calibrated, uncalibrated):
+        assert row["status"] == "ok" and row["verified"] == 1
+        assert (row["precision"], row["accuracy_source"]) == ("int8", "tvm")
+        assert row["compression_ratio"] == 4.0
+        assert row["verification_reference"] == "onnxruntime"
+        assert row["conv_fallbacks"] == []
+        # TVM and ONNX Runtime run the same quantized model: same predictions
+        assert row["accuracy"] == pytest.approx(row["ort_accuracy"], abs=0.01)
+        assert row["fp32_top1_agreement"] is not None and row["fp32_max_abs_diff"] > 0
+    assert calibrated["compression_info"]["calibrated"] is True
+    assert uncalibrated["compression_info"]["calibrated"] is False
+    assert calibrated["accuracy"] >= dense["accuracy"] - 0.05
+    assert calibrated["fp32_top1_agreement"] >= 0.75
