@@ -58,3 +58,22 @@ def test_store_upsert_replaces_whole_row_and_exports_csv(tmp_path: Path) -> None
             store.upsert({"point_key": "q", "status": "great"})
         with pytest.raises(KeyError, match="unknown result columns"):
             store.upsert({"point_key": "q", "status": "ok", "latency": 1})
+
+
+def test_older_database_gains_the_precision_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # the table as the first store wrote it
+        conn.execute("CREATE TABLE points (point_key TEXT PRIMARY KEY, status TEXT NOT NULL, "
+                     "accuracy REAL, created_at REAL, updated_at REAL)")
+        conn.execute("INSERT INTO points VALUES ('old', 'ok', 0.9, 1.0, 1.0)")
+    with ResultStore(path) as store:
+        store.upsert({"point_key": "new", "status": "ok", "accuracy": None,
+                      "accuracy_source": None, "precision": "int8", "compression_ratio": 4.0,
+                      "ort_accuracy": 0.8, "verification_reference": "onnxruntime",
+                      "fp32_top1_agreement": 0.95, "fp32_max_abs_diff": 0.1})
+        old, new = store.get("old"), store.get("new")
+    assert old["accuracy"] == 0.9 and old["precision"] is None
+    assert new["accuracy"] is None and new["compression_ratio"] == 4.0
+    assert new["ort_accuracy"] == 0.8 and new["verification_reference"] == "onnxruntime"

@@ -24,7 +24,8 @@ def rows(root: Path) -> list[dict]:
 
 
 def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) -> None:
-    text = tiny_sweep(compression=["none", "weight_pruning"])
+    text = tiny_sweep(compression=["none", "weight_pruning"]).replace(
+        "  - weight_pruning", "  - name: weight_pruning\n    params: {levels: [0.9], level: 0.9}")
     first = run(text, tmp_path)
     assert (first.ok, first.failed, first.points) == (2, 0, 2)
     # one trained model feeds both compressions
@@ -32,7 +33,7 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert first.computed["compress"] == first.computed["compile"] == 2
     assert first.computed["measure"] == 2
 
-    recorded = {r["compression"]: r for r in rows(tmp_path)}
+    recorded = {r["compression"].split("(")[0]: r for r in rows(tmp_path)}
     dense, pruned = recorded["none"], recorded["weight_pruning"]
     for row in (dense, pruned):
         assert row["status"] == "ok" and row["verified"] == 1
@@ -47,6 +48,10 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert pruned["sparsity"] == pytest.approx(0.9, abs=1e-3)
     assert pruned["nonzero_params"] < dense["nonzero_params"]
     assert [lvl["level"] for lvl in pruned["compression_info"]["levels"]] == [0.9]
+    assert pruned["compression_ratio"] == pytest.approx(10.0)  # the pruning's own value
+    assert dense["compression_ratio"] is None  # `none` states no ratio
+    assert dense["precision"] == pruned["precision"] == "float32"
+    assert dense["accuracy_source"] == pruned["accuracy_source"] == "pytorch"
     assert len(dense["train_history"]) == 1 and "val_acc" in dense["train_history"][0]
 
     second = run(text, tmp_path)
@@ -190,3 +195,107 @@ budgets: {{epochs: 1, finetune_epochs: 1, batch_size: 8, measure_repeat: 3,
     assert row["verified"] == 1 and row["top1_agreement"] == 1.0
     assert row["sparsity"] == pytest.approx(0.5, abs=1e-3)
     assert row["conv_fallbacks"] == []
+
+
+@pytest.fixture
+def pretrained_options():
+    """Model options tagged "pretrained" (with and without their weights), a dataset with
+    no training split, and compressions that fine-tune or report their context."""
+    from tests.plugins.tiny_cnn import TinyCNN
+
+    def model_option(loaded: bool):
+        def build(params, num_classes, input_shape):
+            model = TinyCNN(num_classes)
+            model.dlas_pretrained = loaded
+            return model
+
+        return build
+
+    def eval_only(params, seed=0):
+        import dataclasses
+
+        from dlas.datasets.digits import load_digits
+
+        return dataclasses.replace(load_digits(seed=seed), train=None)
+
+    def fine_tunes(params, model, ctx):
+        from dlas.compression.base import CompressionResult
+
+        return CompressionResult(ctx.fine_tune(model, 1))
+
+    def probe(params, model, ctx):
+        from dlas.compression.base import CompressionResult
+
+        return CompressionResult(model, {"model_name": ctx.model_name,
+                                         "dense_accuracy": ctx.dense_accuracy})
+
+    options = [
+        ("models", "test_pretrained_loaded", model_option(True)),
+        ("models", "test_pretrained_missing", model_option(False)),
+        ("datasets", "test_eval_only", eval_only),
+        ("compression", "test_fine_tunes", fine_tunes),
+        ("compression", "test_probe", probe),
+    ]
+    for layer, name, fn in options:
+        tags = {"pretrained"} if layer == "models" else set()
+        registry.register(layer, name, tags=tags, description="test-only")(fn)
+    yield
+    for layer, name, _ in options:
+        registry.unregister(layer, name)
+
+
+PRETRAINED_SWEEP = """
+name: pretrained
+datasets: [{dataset}]
+models: [{model}]
+compression: [{compression}]
+budgets: {{epochs: {epochs}, finetune_epochs: 1, batch_size: 64, measure_repeat: 3,
+          verify_samples: 4}}
+"""
+
+
+def test_pretrained_model_without_weights_runs_but_has_no_accuracy(
+        tmp_path: Path, pretrained_options: None) -> None:
+    from rich.console import Console
+
+    from dlas.runner.console import results_table
+
+    text = PRETRAINED_SWEEP.format(dataset="test_eval_only", model="test_pretrained_missing",
+                                   compression="none, int8, test_fine_tunes", epochs=1)
+    report = run(text, tmp_path)
+    assert (report.ok, report.failed) == (2, 1)
+    recorded = {r["compression"]: r for r in rows(tmp_path)}
+    for name in ("none", "int8"):  # timed and verified, never given a made-up accuracy
+        row = recorded[name]
+        assert row["status"] == "ok" and row["verified"] == 1
+        assert row["accuracy"] is None and row["dense_accuracy"] is None
+        assert row["accuracy_source"] is None and row["ort_accuracy"] is None
+        assert row["train_history"] == [] and row["latency_median_ms"] > 0
+    assert recorded["int8"]["precision"] == "int8"
+    failed = recorded["test_fine_tunes"]
+    assert failed["error_stage"] == "compress"
+    assert "has no training split" in failed["error"]
+    assert "test_pretrained_missing" in failed["error"]
+
+    console = Console(record=True, width=400)
+    console.print(results_table([recorded["none"], recorded["int8"]]))
+    assert console.export_text().count("unavailable") == 2
+
+
+def test_pretrained_model_is_not_trained_and_context_names_the_model(
+        tmp_path: Path, pretrained_options: None) -> None:
+    def sweep(epochs: int) -> str:
+        return PRETRAINED_SWEEP.format(dataset="digits", model="test_pretrained_loaded",
+                                       compression="test_probe", epochs=epochs)
+
+    first = run(sweep(1), tmp_path)
+    assert first.ok == 1, first.rows[0].get("error")
+    (row,) = rows(tmp_path)
+    assert row["train_history"] == []
+    assert 0.0 <= row["dense_accuracy"] <= 1.0 and row["accuracy"] == row["dense_accuracy"]
+    assert row["accuracy_source"] == "pytorch"
+    assert row["compression_info"] == {"model_name": "test_pretrained_loaded",
+                                       "dense_accuracy": row["dense_accuracy"]}
+    # training budgets do not apply to a pretrained model: nothing is redone
+    again = run(sweep(3), tmp_path)
+    assert again.ok == 1 and again.recomputed_nothing and again.reused["train"] == 1
