@@ -271,3 +271,13 @@ def test_sweep_records_accuracy_of_the_compiled_models(tmp_path: Path,
     assert uncalibrated["compression_info"]["calibrated"] is False
     assert calibrated["accuracy"] >= dense["accuracy"] - 0.05
     assert calibrated["fp32_top1_agreement"] >= 0.75
+
+
+def test_convs_outside_the_deployed_precision_are_reported() -> None:
+    from dlas.runner.runner import precision_fallbacks
+
+    dtypes = [INT8, ("float32", "float32", "float32"), ("uint8", "int8", "int32")]
+    (note,) = precision_fallbacks(dtypes, "int8")
+    assert note.startswith("conv 1 ") and "not int8; runs in float32" in note
+    assert precision_fallbacks([("float16", "float16", "float32")] * 2, "float16") == []
+    assert len(precision_fallbacks(dtypes, "float32")) == 2

@@ -315,9 +315,10 @@ class Runner:
             save_imported(imported, tmp / "relax")
             np.savez(tmp / "reference.npz", inputs=inputs.numpy(), outputs=outputs,
                      fp32_outputs=fp32_outputs)
+            dtypes = conv_dtypes(imported.mod)
             meta.update(input_shape=list(imported.input_shape), precision=precision,
-                        reference=reference,
-                        conv_dtypes=[list(d) for d in conv_dtypes(imported.mod)])
+                        reference=reference, conv_dtypes=[list(d) for d in dtypes],
+                        precision_fallbacks=precision_fallbacks(dtypes, precision))
 
         def load(path: Path, meta: dict[str, Any]) -> Imported:
             with np.load(path / "reference.npz") as ref:
@@ -426,6 +427,7 @@ class Runner:
         try:
             _, train_meta = self._train(point, keys)
             comp_meta = self._compress(point, keys).meta
+            import_meta = self._import(point, keys).meta
             _, compile_meta = self._compile(point, keys)
             measured = self._measure(point, keys)
         except StageFailed as failure:
@@ -455,7 +457,7 @@ class Runner:
             macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
             size_bytes=comp_meta["size_bytes"],
             compile_s=compile_meta["compile_s"], tuning_s=compile_meta["tuning_s"],
-            conv_fallbacks=compile_meta["fallbacks"],
+            conv_fallbacks=import_meta["precision_fallbacks"] + compile_meta["fallbacks"],
             train_history=train_meta.get("history"),
             compression_info=comp_meta["info"],
             verified=int(verification["passed"]),
@@ -546,6 +548,18 @@ class Imported:
     #: The float32 PyTorch model's outputs on the same inputs.
     fp32_outputs: np.ndarray
     meta: dict[str, Any]
+
+
+#: Data dtypes a conv of a model deployed in each precision is expected to read.
+_CONV_DATA_DTYPES = {"float32": {"float32"}, "float16": {"float16"}, "int8": {"int8", "uint8"}}
+
+
+def precision_fallbacks(dtypes: list[tuple[str, str, str]], precision: str) -> list[str]:
+    """One note per conv that does not compute in the deployed precision (e.g. a conv of
+    an int8 model that stayed a float conv), recorded beside the algorithm fallbacks."""
+    expected = _CONV_DATA_DTYPES[precision]
+    return [f"conv {i} (data, weight, out) = {d}: not {precision}; runs in {d[0]}"
+            for i, d in enumerate(dtypes) if d[0] not in expected]
 
 
 def _ratio(info: dict[str, Any]) -> float | None:
