@@ -15,12 +15,14 @@ if TYPE_CHECKING:
     from dlas.compression.base import CompressionContext, CompressionResult
 
 
-@register("compression", "none", description="the dense trained model, unchanged")
+@register("compression", "none", version="2",
+          description="the dense trained model, unchanged")
 def no_compression(params: NoParams, model: nn.Module,
                    ctx: CompressionContext) -> CompressionResult:
     from dlas.compression.base import CompressionResult
 
-    return CompressionResult(model)
+    # v2: records its ratio, so dense rows carry 1.0 like every other compression's own
+    return CompressionResult(model, {"compression_ratio": 1.0})
 
 
 #: The paper's schedules (Section 4.2): weight pruning from 50% in 10% steps, then 95% and

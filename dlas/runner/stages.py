@@ -38,6 +38,20 @@ def is_pretrained(point: Point) -> bool:
     return PRETRAINED_TAG in point.models.tags
 
 
+def pretrained_weights(point: Point) -> Any:
+    """The weights file a pretrained model option would load (path, size, mtime), or None.
+
+    Part of the train key: the option's parameters alone do not say whether torchvision's
+    checkpoint has appeared in the hub cache since, and a random-init model cached before
+    must not be served once the real weights are there.
+    """
+    from dlas.models.imagenet import ARCHITECTURES, weights_identity
+
+    if point.models.name not in ARCHITECTURES:
+        return None
+    return weights_identity(point.models.name, getattr(point.models.params, "weights", None))
+
+
 @functools.cache
 def _resolve_target_cached(name: str, version: str, params_json: str) -> TargetSpec:
     option = registry.get("targets", name)
@@ -74,7 +88,7 @@ def stage_keys(point: Point) -> StageKeys:
     b = point.budgets
     c = point.choices
     data = _key("data", dataset=c["datasets"].identity(), seed=b.seed)
-    training = {} if is_pretrained(point) else {
+    training = {"weights": pretrained_weights(point)} if is_pretrained(point) else {
         "epochs": b.epochs, "data_fraction": b.data_fraction, "batch_size": b.batch_size,
         "max_lr": b.max_lr}
     train = _key("train", data=data, model=c["models"].identity(), **training)
