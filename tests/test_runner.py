@@ -49,7 +49,7 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert pruned["nonzero_params"] < dense["nonzero_params"]
     assert [lvl["level"] for lvl in pruned["compression_info"]["levels"]] == [0.9]
     assert pruned["compression_ratio"] == pytest.approx(10.0)  # the pruning's own value
-    assert dense["compression_ratio"] is None  # `none` states no ratio
+    assert dense["compression_ratio"] == 1.0
     assert dense["precision"] == pruned["precision"] == "float32"
     assert dense["accuracy_source"] == pruned["accuracy_source"] == "pytorch"
     assert len(dense["train_history"]) == 1 and "val_acc" in dense["train_history"][0]
