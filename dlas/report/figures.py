@@ -108,7 +108,8 @@ def accuracy_figure(points: Iterable[Point], dataset: str, path: Path,
                 ax.plot([100 * near[0]], [100 * near[1]], marker="*", markersize=12,
                         color=line.get_color(), linestyle="none")
         ax.set_title(_PRUNING_TITLES.get(kind, kind))
-        ax.set_xlabel("pruned conv weights (%)")
+        ax.set_xlabel("pruned conv weights (%)" if kind == "weight_pruning"
+                      else "pruned conv channels (%)")
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
