@@ -121,7 +121,7 @@ def _print_report_files(files) -> None:  # noqa: ANN001 - dlas.report.ReportFile
 def cmd_report(args: argparse.Namespace) -> int:
     from dlas.report import build_report
     from dlas.report.data import sweep_names
-    from dlas.report.experiments import load_experiment
+    from dlas.report.experiments import current_point_keys, load_experiment
 
     ws = _workspace(args)
     if not ws.db_path.exists():
@@ -136,7 +136,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     sweeps = [args.sweep] if args.sweep else None
     out = Path(args.out) if args.out else ws.root / "report"
-    files = build_report(ws.db_path, out, sweeps=sweeps, experiment=experiment)
+    keys = current_point_keys(experiment) if experiment else None
+    files = build_report(ws.db_path, out, sweeps=sweeps, experiment=experiment,
+                         point_keys=keys)
     if not sum(files.counts.values()):
         console.print(f"[yellow]warning[/]: no results of experiment {args.experiment} "
                       f"(sweeps {', '.join(experiment.sweep_names) if experiment else '-'}) "

@@ -11,7 +11,7 @@ import pytest
 
 from dlas.cli import main
 from dlas.report import build_report
-from dlas.report.data import derive_ratio, load_points, point_from_row
+from dlas.report.data import derive_ratio, latest_per_label, load_points, point_from_row
 from dlas.report.experiments import load_experiment
 from dlas.report.observations import (
     HELD,
@@ -135,7 +135,8 @@ def _cells_rows() -> list[dict[str, Any]]:
         row(compression="weight_pruning", algorithm="gemm_csr", ms=4.0, sparsity=0.95),
         row(compression="int8", algorithm="direct", ms=5.0, accuracy_source="tvm",
             ort_accuracy=0.905),
-        row(compression="int8", algorithm="gemm", ms=9.0),
+        row(compression="int8", algorithm="gemm", ms=9.0, accuracy_source="tvm",
+            ort_accuracy=0.905),
         # the fastest of all, but it computes another function: never a result
         row(compression="int8", algorithm="spatial_pack", ms=0.5, status="verification_failed"),
     ]
@@ -162,6 +163,22 @@ def test_duplicate_compression_keeps_the_higher_ratio() -> None:
             row(compression="weight_pruning", algorithm="direct_csr", ms=5.0, sparsity=0.9)]
     (models,) = speed_cells(points_of(rows)).values()
     assert models["resnet18"][("weight_pruning", "direct_csr")].latency_ms == 5.0
+
+
+def test_older_rows_of_a_point_give_way_to_the_latest() -> None:
+    old = row(ms=5.0, updated_at=1.0)
+    new = row(ms=9.0, updated_at=2.0)  # same labels, another key: re-run after a change
+    other_sweep = row(ms=1.0, updated_at=0.5, sweep="t")
+    kept, superseded = latest_per_label(points_of([old, new, other_sweep]))
+    assert [p.latency_ms for p in kept] == [9.0, 1.0] and superseded == 1
+    # same compression and ratio under other parameters: the later row is tabulated
+    a = row(compression="weight_pruning", algorithm="direct_csr", ms=2.0, sparsity=0.9,
+            updated_at=1.0)
+    b = row(compression="weight_pruning", algorithm="direct_csr", ms=3.0, sparsity=0.9,
+            updated_at=2.0)
+    b["compression"] = "weight_pruning(level=0.9)"  # a different label: both stay points
+    (models,) = speed_cells(points_of([a, b])).values()
+    assert models["resnet18"][("weight_pruning", "direct_csr")].latency_ms == 3.0
 
 
 def test_tables_compare_with_the_paper_and_mark_differences() -> None:
@@ -361,7 +378,12 @@ def test_cli_report_and_errors(report_db: Path, tmp_path: Path,
     assert "no results database" in capsys.readouterr().out
 
 
-def test_load_points_filters_sweeps(report_db: Path) -> None:
-    assert len(load_points(report_db, ["s"])) == 14
-    assert load_points(report_db, ["other"]) == []
+def test_load_points_filters_sweeps_and_reports_keep_the_current_points(
+        report_db: Path, tmp_path: Path) -> None:
+    points = load_points(report_db, ["s"])
+    assert len(points) == 14 and load_points(report_db, ["other"]) == []
+    keep = {p.key for p in points if p.model == "resnet18"}
+    files = build_report(report_db, tmp_path / "r", point_keys=keep)
+    assert sum(files.counts.values()) == len(keep) == 8
+    assert "6 older rows of these sweeps" in files.markdown.read_text()
 

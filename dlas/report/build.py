@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlas.report import figures
-from dlas.report.data import Point, load_points
+from dlas.report.data import Point, latest_per_label, load_points
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
@@ -317,12 +317,25 @@ def _verification_section(doc: Document, points: list[Point]) -> None:
 
 def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = None,
                  experiment: Experiment | None = None, profile: str | None = None,
-                 notes: Iterable[str] = (), paper: Paper | None = None) -> ReportFiles:
-    """Write report.md, report.html and figures/*.png under `out_dir`."""
+                 notes: Iterable[str] = (), paper: Paper | None = None,
+                 point_keys: set[str] | None = None) -> ReportFiles:
+    """Write report.md, report.html and figures/*.png under `out_dir`.
+
+    `point_keys`: the points of the sweeps as defined now (`dlas reproduce` passes them);
+    without it, of rows showing the same point only the latest is used."""
     paper = paper or load_paper()
     if experiment is not None and not sweeps:
         sweeps = [experiment.profile(profile).sweep_name] if profile else experiment.sweep_names
     points = load_points(db_path, sweeps)
+    notes = list(notes)
+    if point_keys is not None:  # the sweeps as defined now: rows of older definitions go
+        stale = sum(1 for p in points if p.key not in point_keys)
+        points = [p for p in points if p.key in point_keys]
+    else:
+        points, stale = latest_per_label(points)
+    if stale:
+        notes.append(f"{stale} older rows of these sweeps (other budgets, parameters or "
+                     "option versions than their latest run) are not shown.")
     if experiment is not None:  # an experiment reports its own dataset(s) only
         points = [p for p in points if paper.role(p.dataset) in (experiment.dataset, None)]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,7 @@ class Point:
     error: str | None = None
     levels: tuple[dict[str, Any], ...] = ()
     chosen_level: float | None = None
+    updated_at: float = 0.0
     environment: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -204,6 +205,7 @@ def point_from_row(row: dict[str, Any]) -> Point:
         error=row.get("error"),
         levels=tuple(lv for lv in info.get("levels") or () if isinstance(lv, dict)),
         chosen_level=_float(chosen) if isinstance(chosen, (int, float)) else None,
+        updated_at=float(row.get("updated_at") or 0.0),
         environment=row.get("environment") or {},
     )
 
@@ -216,6 +218,23 @@ def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Poin
     with ResultStore(db_path) as store:
         rows = store.rows()
     return [point_from_row(r) for r in rows if wanted is None or r.get("sweep") in wanted]
+
+
+def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
+    """Keep, of the rows that show the same point (sweep and every layer's label), the one
+    written last; returns the kept points and how many were superseded.
+
+    A point's key also hashes option versions and budgets, so re-running a sweep after an
+    option's version bump or a budget change adds rows instead of replacing the old ones;
+    those old rows describe code or budgets the sweep no longer runs."""
+    points = list(points)
+    latest: dict[tuple[str, ...], Point] = {}
+    for p in points:
+        label = (p.sweep, p.describe())
+        if label not in latest or p.updated_at >= latest[label].updated_at:
+            latest[label] = p
+    kept = [p for p in points if latest[(p.sweep, p.describe())] is p]
+    return kept, len(points) - len(kept)
 
 
 def sweep_names(db_path: Path) -> list[str]:

@@ -201,3 +201,18 @@ def resolve_sweep(experiment: Experiment, profile: str, *,
         raise ExperimentError(f"experiment '{experiment.name}' profile '{profile}': "
                               f"{exc}") from None
     return config, missing
+
+
+def current_point_keys(experiment: Experiment) -> set[str] | None:
+    """Keys of every point the experiment's profiles define now (options not registered
+    are left out); None when no profile can be resolved here."""
+    from dlas.sweep.grid import expand
+
+    keys: set[str] | None = None
+    for profile in experiment.profiles:
+        try:
+            config, _ = resolve_sweep(experiment, profile, skip_unregistered=True)
+        except ExperimentError:
+            continue
+        keys = (keys or set()) | {p.key for p in expand(config)}
+    return keys

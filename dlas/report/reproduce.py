@@ -28,6 +28,7 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
     workspace's cache (a second call recomputes nothing) and build its report (default
     WORKSPACE/reports/<experiment>-<profile>)."""
     from dlas.runner.runner import Runner
+    from dlas.sweep.grid import expand
 
     experiment = load_experiment(name)
     sweep_name = experiment.profile(profile).sweep_name
@@ -44,5 +45,5 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
         notes.append("The sweep was interrupted; the report shows what had finished.")
     report = build_report(workspace.db_path, out or workspace.root / "reports" / sweep_name,
                           sweeps=[sweep_name], experiment=experiment, profile=profile,
-                          notes=notes)
+                          notes=notes, point_keys={p.key for p in expand(config)})
     return Reproduction(sweep_file, run, report, skipped)

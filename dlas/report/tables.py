@@ -72,9 +72,10 @@ Cells = dict[tuple[str, str], Point]  # (compression name, algorithm) -> its poi
 
 def _preferred(a: Point, b: Point) -> Point:
     """Of two points with the same compression and algorithm (different parameters), the
-    one the paper would tabulate: the higher compression ratio, then the faster."""
-    ka = (-(a.ratio or 0.0), a.latency_ms or float("inf"), a.key)
-    kb = (-(b.ratio or 0.0), b.latency_ms or float("inf"), b.key)
+    one the paper would tabulate: the higher compression ratio, then the one written last
+    (the same compression re-run under other parameters), then the faster."""
+    ka = (-(a.ratio or 0.0), -a.updated_at, a.latency_ms or float("inf"), a.key)
+    kb = (-(b.ratio or 0.0), -b.updated_at, b.latency_ms or float("inf"), b.key)
     return a if ka <= kb else b
 
 
