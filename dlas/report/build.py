@@ -242,8 +242,10 @@ def _observations_section(doc: Document, points: list[Point], paper: Paper) -> N
     obs = observations(points, paper)
     rows: list[list[Cell | str]] = []
     for o in obs:
-        first = next((p.evidence[0] for p in o.parts if p.status != "not measured"
-                      and p.evidence), o.parts[0].evidence[0] if o.parts[0].evidence else "")
+        # the numbers behind the verdict: a failing part's when it did not hold
+        deciding = [p for p in o.parts if p.status == o.status and p.evidence]
+        first = deciding[0].evidence[0] if deciding else "; ".join(
+            p.evidence[0] for p in o.parts if p.evidence)
         rows.append([o.roman, o.claim, o.status_label, first])
     doc.add(Table(["#", "observation (paper)", "ours", "key numbers"], rows))
     for o in obs:
