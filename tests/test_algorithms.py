@@ -153,7 +153,7 @@ def test_low_precision(name: str, dtype: str, row: dict) -> None:
 
 @pytest.mark.full_table
 @pytest.mark.skipif(not os.environ.get("DLAS_FULL_TABLE"),
-                    reason="the full conv table runs with DLAS_FULL_TABLE=1 (CI sets it)")
+                    reason="the full conv table runs with DLAS_FULL_TABLE=1")
 @pytest.mark.parametrize("name", ALGORITHMS)
 @pytest.mark.parametrize("row", ROWS, ids=[case_id(r) for r in ROWS])
 def test_full_table_float32(name: str, row: dict) -> None:
