@@ -87,8 +87,9 @@ def zero_filter_count(model: nn.Module) -> tuple[int, int]:
 def prune_channels_global_l1(model: nn.Module, level: float,
                              batchnorms: dict[nn.Conv2d, nn.BatchNorm2d] | None = None
                              ) -> nn.Module:
-    """Mask the conv filters with the smallest L1 norms, ranked across all layers, until
-    exactly ``round(level * n)`` of the model's ``n`` filters are masked.
+    """Mask the conv filters with the smallest L1 norms per weight, ranked across all
+    layers, until exactly ``round(level * n)`` of the model's ``n`` filters are masked;
+    each layer's last filter is taken only when nothing else is left.
 
     Works in place and returns ``model``. Calling it again with a higher level prunes
     further: masked filters stay masked and the ranking is over the surviving ones (ties
@@ -107,10 +108,22 @@ def prune_channels_global_l1(model: nn.Module, level: float,
     if masked > target:
         raise ValueError(f"model already has {masked} of {total} conv filters masked, more "
                          f"than level {level} allows ({target})")
-    norms = torch.cat([_effective(c, "weight").flatten(1).abs().sum(dim=1) for c in convs])
+    # L1 per weight: a stem filter (27 weights) and a deep one (4608) compare on one scale;
+    # raw sums ranked every small filter first and emptied whole layers at 5%.
+    norms = torch.cat([_effective(c, "weight").flatten(1).abs().mean(dim=1) for c in convs])
     alive = torch.cat(kept)
+    # Each layer's strongest surviving filter goes last, so no layer is emptied while any
+    # other filter is left to prune (an emptied layer cuts the network in two).
+    rank = norms.clone()
+    start = 0
+    for conv, keep in zip(convs, kept, strict=True):
+        if keep.any():
+            strongest = start + int(torch.argmax(torch.where(keep, norms[start:start + len(keep)],
+                                                             torch.tensor(-1.0))))
+            rank[strongest] = float("inf")
+        start += conv.out_channels
     candidates = torch.nonzero(alive).flatten()
-    order = torch.argsort(norms[candidates], stable=True)
+    order = torch.argsort(rank[candidates], stable=True)
     chosen = candidates[order[: target - masked]]
     alive[chosen] = False
     start = 0

@@ -193,6 +193,7 @@ def _channel_pruning(params: ChannelPruningParams, model: nn.Module,
 
 
 @register("compression", "channel_pruning", params=ChannelPruningParams, tags={"sparse"},
+          version="2",  # v2: L1 per weight, a layer's last filter pruned last
           description="global L1 structured pruning of conv output channels (whole filters "
                       "masked to zero, shape kept), iterative with fine-tuning; the level "
                       "used is the elbow (the paper's 'channel pruning')")
@@ -205,6 +206,7 @@ def channel_pruning(params: ChannelPruningParams, model: nn.Module,
 
 
 @register("compression", "channel_pruning_physical", params=ChannelPruningParams,
+          version="2",
           description="channel_pruning, then the pruned channels and everything coupled to "
                       "them removed (torch-pruning): a smaller dense model computing the "
                       "same function")
