@@ -2,10 +2,16 @@
 
 A point that cannot run stays in the grid with the reason, so `dlas plan` and the results
 show it rather than silently dropping it.
+
+A *baseline* tuning choice (an option tagged `baseline`, e.g. ONNX Runtime) runs the model
+in another runtime, whose own kernels replace the conv algorithms: for it the algorithms
+axis collapses to one stand-in choice named after the runtime, so the sweep measures the
+baseline once per model/compression/target, not once per algorithm.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -16,6 +22,15 @@ from pydantic import BaseModel
 
 from dlas import registry
 from dlas.sweep.config import Budgets, SweepConfig
+
+#: Budgets read only when a result row is written (the noise flag's threshold): neither
+#: stage keys nor point keys hash them, so changing one re-labels cached measurements
+#: (the row is rewritten on the next run) instead of redoing them or adding rows.
+ROW_ONLY_BUDGETS = frozenset({"cv_threshold"})
+
+#: Tuning-option tag: the option is a baseline runtime (PyTorch, ONNX Runtime) measured
+#: beside the TVM variants; the algorithms axis does not apply to it.
+BASELINE_TAG = "baseline"
 
 
 def canonical_json(obj: Any) -> str:
@@ -81,10 +96,18 @@ class Point:
 
     @property
     def key(self) -> str:
+        # budgets that only shape the row (e.g. the noise threshold) are not part of what
+        # the point *is*: changing them re-labels the same measurement, not a new point
         return digest({
             "choices": {layer: c.identity() for layer, c in self.choices.items()},
-            "budgets": self.budgets.model_dump(mode="json"),
+            "budgets": self.budgets.model_dump(mode="json", exclude=set(ROW_ONLY_BUDGETS)),
         })
+
+    @property
+    def is_baseline(self) -> bool:
+        """Measured in a baseline runtime (PyTorch, ONNX Runtime), not compiled by TVM."""
+        tuning = self.choices.get("tuning")
+        return tuning is not None and BASELINE_TAG in tuning.tags
 
     def labels(self) -> dict[str, str]:
         return {layer: c.label for layer, c in self.choices.items()}
@@ -101,8 +124,32 @@ def _matches(rule: dict[str, str | list[str]], choices: dict[str, Choice]) -> bo
     return True
 
 
+def _no_algorithm(params: BaseModel) -> None:
+    raise RuntimeError("a baseline runtime uses its own kernels: there is no conv algorithm "
+                       "to build")
+
+
+@functools.cache
+def _runtime_option(runtime: str) -> registry.Option:
+    return registry.Option(
+        layer="algorithms", name=runtime, fn=_no_algorithm, params=registry.NoParams,
+        description=f"{runtime}'s own kernels (a baseline: the algorithm axis does not apply)",
+        version="baseline", source="dlas.sweep.grid (baseline stand-in)",
+        tags=frozenset({BASELINE_TAG}))
+
+
+def runtime_choice(tuning: Choice) -> Choice:
+    """The algorithms-axis stand-in of a baseline tuning choice: named after the runtime,
+    with no parameters, so the point (and its cache keys) do not depend on which
+    algorithms the sweep lists."""
+    return Choice(_runtime_option(tuning.name), registry.NoParams())
+
+
 def expand(config: SweepConfig) -> list[Point]:
-    """All points of the sweep, in layer order; blocked ones carry their reason."""
+    """All points of the sweep, in layer order; blocked ones carry their reason.
+
+    Points of a baseline tuning choice take `runtime_choice` on the algorithms axis and
+    appear once, where their first algorithm would have been."""
     per_layer: list[list[Choice]] = []
     for layer in registry.LAYERS:
         choices = []
@@ -111,10 +158,18 @@ def expand(config: SweepConfig) -> list[Point]:
             choices.append(Choice(option, option.parse_params(spec.params)))
         per_layer.append(choices)
 
-    points = []
-    for index, combo in enumerate(itertools.product(*per_layer)):
+    points: list[Point] = []
+    seen: set[str] = set()
+    for combo in itertools.product(*per_layer):
         choices = dict(zip(registry.LAYERS, combo, strict=True))
-        point = Point(choices=choices, budgets=config.budgets, index=index)
+        if BASELINE_TAG in choices["tuning"].tags:
+            choices["algorithms"] = runtime_choice(choices["tuning"])
+            combo = tuple(choices.values())
+        point = Point(choices=choices, budgets=config.budgets, index=len(points))
+        if point.is_baseline:
+            if point.key in seen:  # already listed under an earlier algorithm
+                continue
+            seen.add(point.key)
         for i, rule in enumerate(config.exclude):
             if _matches(rule, choices):
                 point.blocked = f"excluded by the sweep's exclude rule #{i + 1} ({rule})"
