@@ -5,6 +5,9 @@ resolved config, the environment, accuracy (and where it was measured), latency 
 with raw samples, compile and tuning time, model size and compression ratio, and the
 verification against the reference (PyTorch, or ONNX Runtime for int8 models). Failed and blocked
 points are rows too, with the error, so nothing a sweep tried is lost.
+
+Baseline rows (PyTorch eager, ONNX Runtime) have the same columns: `tuning` and `algorithm`
+name the runtime, `runtime_info` says how it was set up, compile and tuning times are empty.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 STATUSES = ("ok", "failed", "verification_failed", "not_runnable")
 
@@ -31,7 +36,8 @@ COLUMNS: dict[str, str] = {
     "target": "TEXT",
     "accuracy": "REAL",
     #: 'pytorch' (float32: PyTorch computes what TVM runs) or 'tvm' (float16/int8: measured
-    #: on the compiled module); NULL when no accuracy is available.
+    #: on the compiled module), or a baseline's runtime ('pytorch', 'onnxruntime') for its
+    #: reduced-precision rows; NULL when no accuracy is available.
     "accuracy_source": "TEXT",
     #: int8: accuracy of the same quantized model in ONNX Runtime.
     "ort_accuracy": "REAL",
@@ -46,6 +52,10 @@ COLUMNS: dict[str, str] = {
     "latency_min_ms": "REAL",
     "latency_max_ms": "REAL",
     "latency_samples_ms": "TEXT",
+    #: coefficient of variation of the samples (std / mean).
+    "latency_cv": "REAL",
+    #: 1 when latency_cv exceeds the sweep's budgets.cv_threshold (a noisy machine).
+    "noisy": "INTEGER",
     "measure_repeat": "INTEGER",
     "threads": "INTEGER",
     "compile_s": "REAL",
@@ -64,6 +74,8 @@ COLUMNS: dict[str, str] = {
     "fp32_max_abs_diff": "REAL",
     "fp32_top1_agreement": "REAL",
     "conv_fallbacks": "TEXT",
+    #: baseline rows: the runtime, its version and settings (threads, model it ran).
+    "runtime_info": "TEXT",
     "train_history": "TEXT",
     "compression_info": "TEXT",
     "error_stage": "TEXT",
@@ -79,12 +91,32 @@ COLUMNS: dict[str, str] = {
 #: Columns `dlas results` shows by default (the rest go to CSV).
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
-    "sparsity", "latency_median_ms", "latency_std_ms", "threads", "verified", "max_abs_diff",
-    "compile_s", "error",
+    "sparsity", "latency_median_ms", "latency_std_ms", "latency_cv", "threads", "verified",
+    "max_abs_diff", "compile_s", "error",
 ]
 
 JSON_COLUMNS = {"latency_samples_ms", "conv_fallbacks", "train_history", "compression_info",
-                "stage_seconds", "config", "environment"}
+                "stage_seconds", "config", "environment", "runtime_info"}
+
+
+def latency_columns(samples_ms: Iterable[float], cv_threshold: float) -> dict[str, Any]:
+    """The latency columns of a timed row: statistics of all samples (the median is the
+    reported time), and the noise flag, so a number from a busy machine says so."""
+    samples = np.asarray(list(samples_ms), dtype=np.float64)
+    if samples.size == 0:
+        raise ValueError("a timed row needs at least one sample")
+    mean, std = float(samples.mean()), float(samples.std())
+    cv = std / mean if mean > 0 else None
+    return {
+        "latency_median_ms": float(np.median(samples)),
+        "latency_mean_ms": mean,
+        "latency_std_ms": std,
+        "latency_min_ms": float(samples.min()),
+        "latency_max_ms": float(samples.max()),
+        "latency_samples_ms": samples.tolist(),
+        "latency_cv": cv,
+        "noisy": None if cv is None else int(cv > cv_threshold),
+    }
 
 
 class ResultStore:

@@ -44,6 +44,19 @@ def _accuracy(row: dict[str, Any], col: str, digits: int = 3) -> str:
     return _fmt(value, digits)
 
 
+def noise_mark(row: dict[str, Any]) -> str:
+    """'noisy (cv 12%)' for a row whose samples varied more than the sweep allows, else ''."""
+    cv = row.get("latency_cv")
+    return f"noisy (cv {cv:.0%})" if row.get("noisy") and cv is not None else ""
+
+
+def _cv(row: dict[str, Any]) -> str:
+    cv = row.get("latency_cv")
+    if cv is None:
+        return "-"
+    return f"[yellow]{cv:.0%} noisy[/]" if row.get("noisy") else f"{cv:.1%}"
+
+
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -95,6 +108,8 @@ class RunConsole:
             detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
                       f"{_accuracy(row, 'accuracy')}{source}, max |diff| vs {reference} "
                       f"{row['max_abs_diff']:.2e}")
+            if noise_mark(row):
+                detail += f", [yellow]{noise_mark(row)}[/]"
         elif row.get("error"):
             detail = escape(f" {row.get('error_stage') or ''}: {row['error']}")
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
@@ -166,7 +181,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
     columns = columns or SUMMARY_COLUMNS
     table = Table(title=title, title_justify="left")
     for col in columns:
-        table.add_column(col.replace("latency_", "").replace("_ms", " ms"), overflow="fold")
+        header = "cv" if col == "latency_cv" else col
+        table.add_column(header.replace("latency_", "").replace("_ms", " ms"), overflow="fold")
     for row in rows:
         cells = []
         for col in columns:
@@ -175,6 +191,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
                 cells.append(f"[{_STATUS_STYLE.get(value, '')}]{value}[/]")
             elif col == "verified":
                 cells.append("-" if value is None else ("yes" if value else "NO"))
+            elif col == "latency_cv":
+                cells.append(_cv(row))
             elif col == "error" and value:
                 cells.append(escape(str(value)[:120]))
             elif col in ACCURACY_COLUMNS:
