@@ -1,0 +1,158 @@
+"""The contract of a baseline option (a `tuning` option tagged `baseline`).
+
+A baseline option is `fn(params, model: BaselineModel) -> Peer`: given the compress
+stage's output it returns a *peer*, the model loaded in another runtime with the target's
+thread count. The runner (`Runner._baseline`) verifies the peer against the point's
+reference outputs with the TVM path's `verify_outputs`, measures its accuracy where it
+computes something other than PyTorch's float32 model, and times it with `time_peer`: the
+TVM path's method (batch 1, `measure_repeat` samples of `measure_number` calls each,
+warm-up discarded, median reported, every sample stored).
+
+An option that finds it cannot run the model raises `BaselineNotRunnable`; the point is
+then recorded as `not_runnable` with the reason. What can be known from the sweep alone
+(the target, the precision of a built-in compression) is checked earlier by the option's
+constraints, so `dlas plan` already shows it.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The numeric format each built-in compression deploys in (others: float32 unless
+#: tagged `quantized`, then unknown until the compress stage has run).
+_PRECISION_OF = {"float16": "float16", "int8": "int8", "int8_uncalibrated": "int8"}
+_QUANTIZED_TAG = "quantized"
+
+
+class BaselineNotRunnable(Exception):
+    """The runtime cannot run this model; the message says why (recorded as the reason)."""
+
+
+@dataclass
+class BaselineModel:
+    """What a baseline runs: one point's compress-stage output and the target's threads."""
+
+    #: The compressed PyTorch module (float32 weights; shared with other points: copy
+    #: before changing it).
+    model: Any
+    #: float32, float16 or int8: what the deployed model computes in.
+    precision: str
+    #: One sample's shape (C, H, W); the peer runs batch 1.
+    input_shape: tuple[int, ...]
+    #: Threads the target uses; the peer's intra-op parallelism is set to it.
+    threads: int
+    #: int8: the QDQ ONNX model the compress stage quantized (what "int8" means here).
+    quantized_onnx: bytes | None = None
+    #: Where the peer may keep what it built (e.g. its ONNX file), kept with the result.
+    work_dir: Path | None = None
+    #: The compression's own facts (e.g. float16's accumulator).
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Peer(ABC):
+    """A model loaded in a baseline runtime."""
+
+    #: The runtime's name as rows show it (the option's name).
+    runtime: str = ""
+    #: Intra-op threads the runtime was configured with.
+    threads: int = 1
+    #: True when the compress stage's `ort_accuracy` already is this peer's accuracy (ONNX
+    #: Runtime on the int8 QDQ model), so it is not measured twice.
+    accuracy_is_ort_accuracy: bool = False
+
+    @abstractmethod
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        """Logits (N, classes) float32 for float32 inputs (N, C, H, W)."""
+
+    @abstractmethod
+    def bind(self, x: np.ndarray) -> Callable[[], object]:
+        """A call running one inference on the batch-1 input `x`, already converted to the
+        runtime's format: what is timed (TVM's evaluator likewise times with the input on
+        the device)."""
+
+    def info(self) -> dict[str, Any]:
+        """What identifies this runtime setup in the results (version, settings)."""
+        return {"runtime": self.runtime, "threads": self.threads}
+
+    def close(self) -> None:  # noqa: B027 - most runtimes change nothing process-wide
+        """Release the runtime and restore process-wide settings it changed."""
+
+    def run_batch1(self, inputs: np.ndarray) -> np.ndarray:
+        """Run samples one by one at batch 1, as the deployed model is run."""
+        return np.concatenate([self.run(inputs[i : i + 1]).reshape(1, -1)
+                               for i in range(inputs.shape[0])]).astype(np.float32)
+
+
+def time_peer(call: Callable[[], object], repeat: int, number: int = 1,
+              warmup: int = 1) -> list[float]:
+    """Seconds per inference, `repeat` samples, each the mean of `number` calls, after
+    `warmup` discarded calls: the semantics of TVM's time evaluator used for TVM points."""
+    if repeat < 1 or number < 1:
+        raise ValueError("repeat and number must be >= 1")
+    for _ in range(max(warmup, 0)):
+        call()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        samples.append((time.perf_counter() - start) / number)
+    return samples
+
+
+def peer_accuracy(peer: Peer, dataset: Any, batch_size: int = 256) -> float:
+    """Top-1 accuracy of the peer over a dataset (batched: the number does not depend on
+    the batch size, only the time to get it)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    correct = seen = 0
+    for x, y in DataLoader(dataset, batch_size=batch_size, num_workers=0):
+        logits = peer.run(x.numpy())
+        correct += int((logits.argmax(axis=1) == torch.as_tensor(y).numpy()).sum())
+        seen += len(y)
+    if seen == 0:
+        raise ValueError("cannot evaluate on an empty dataset")
+    return correct / seen
+
+
+# -- constraints (checked when the grid is expanded) ----------------------------------------
+
+
+def precision_of(point: Any) -> str | None:
+    """The precision the point's compression deploys in, when the sweep alone tells it."""
+    compression = point.compression
+    if compression.name in _PRECISION_OF:
+        return _PRECISION_OF[compression.name]
+    return None if _QUANTIZED_TAG in compression.tags else "float32"
+
+
+def local_cpu_only(point: Any) -> str | None:
+    """Baselines run in this process, on this CPU: not on a GPU, a remote board, or a CPU
+    of another architecture."""
+    from dlas.runner.stages import resolve_target
+
+    spec = resolve_target(point)
+    if getattr(spec, "rpc", None) is not None:
+        return (f"target '{spec.name}' is a remote board (RPC); baselines run only on the "
+                "local CPU for now")
+    if spec.device != "cpu" or spec.tvm_target.get("kind") != "llvm":
+        return (f"target '{spec.name}' runs on {spec.device} ({spec.tvm_target.get('kind')}); "
+                "baselines run only on the local CPU for now")
+    unmeasurable = getattr(spec, "unmeasurable", None)
+    if unmeasurable:
+        return f"target '{spec.name}' cannot be measured here: {unmeasurable}"
+    triple = str(spec.tvm_target.get("mtriple") or "")
+    arch = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
+    if triple and not triple.lower().startswith(arch):
+        return (f"target '{spec.name}' is a {triple.split('-')[0]} CPU and this machine is "
+                f"{arch}; baselines run only on the local CPU")
+    return None

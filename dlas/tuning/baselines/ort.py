@@ -1,0 +1,97 @@
+"""ONNX Runtime as a baseline: CPU execution provider, intra-op threads matched, one
+inter-op thread, sequential execution.
+
+The model it runs is the point's deployed function: for int8 the very QDQ model the
+compress stage quantized (and TVM is verified against); for float32 the compressed module
+exported to ONNX as the int8 path exports it; for float16 that export converted to
+float16 (inputs and outputs stay float32). ONNX Runtime's CPU provider computes float16
+nodes that lack a float16 kernel in float32 (its cast-insertion pass), as a user of it
+would get.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
+
+ONNX_FILE = "model.onnx"
+GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                      "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+
+def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
+    """The ONNX model ONNX Runtime runs for this point, and what it is."""
+    from dlas.compression.int8 import export_onnx
+
+    if model.precision == "int8":
+        if model.quantized_onnx is None:
+            raise BaselineNotRunnable("an int8 point without the compress stage's quantized "
+                                      "ONNX model: nothing to give ONNX Runtime")
+        return model.quantized_onnx, "int8 QDQ model from the compress stage"
+    if model.precision not in ("float32", "float16"):
+        raise BaselineNotRunnable(f"no ONNX Runtime path for {model.precision} models")
+    exported = export_onnx(model.model, model.input_shape)
+    if model.precision == "float32":
+        return exported, "float32 ONNX export of the compressed model"
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        half = convert_float_to_float16(onnx.load_from_string(exported), keep_io_types=True)
+    return half.SerializeToString(), "float16 conversion of the float32 ONNX export"
+
+
+class OrtPeer(Peer):
+    runtime = "onnxruntime"
+
+    def __init__(self, model: BaselineModel, graph_optimization: str = "all") -> None:
+        import onnxruntime as ort
+
+        data, self.source = onnx_model(model)
+        if model.work_dir is not None:
+            (model.work_dir / ONNX_FILE).write_bytes(data)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = model.threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   GRAPH_OPTIMIZATION[graph_optimization])
+        options.log_severity_level = 3
+        self.graph_optimization = graph_optimization
+        self.session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        self.input_name = self.session.get_inputs()[0].name
+        self.output_name = self.session.get_outputs()[0].name
+        self.threads = model.threads
+        self.precision = model.precision
+        self.accuracy_is_ort_accuracy = model.precision == "int8"
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(inputs, dtype=np.float32)
+        out = self.session.run([self.output_name], {self.input_name: x})[0]
+        return np.asarray(out, dtype=np.float32)
+
+    def bind(self, x: np.ndarray) -> Callable[[], object]:
+        binding = self.session.io_binding()
+        binding.bind_cpu_input(self.input_name, np.ascontiguousarray(x, dtype=np.float32))
+        binding.bind_output(self.output_name)
+        session = self.session
+
+        def call() -> object:
+            return session.run_with_iobinding(binding)
+
+        return call
+
+    def info(self) -> dict[str, Any]:
+        import onnxruntime as ort
+
+        return {"runtime": self.runtime, "version": ort.__version__,
+                "providers": self.session.get_providers(), "model": self.source,
+                "precision": self.precision, "onnx": ONNX_FILE,
+                "threads": self.threads, "inter_op_threads": 1, "execution_mode": "sequential",
+                "graph_optimization": self.graph_optimization}
