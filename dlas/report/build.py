@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlas.report import figures
-from dlas.report.data import Point, latest_per_label, load_points
+from dlas.report.data import RUNTIME_NAMES, Point, latest_per_label, load_points
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
@@ -29,6 +29,7 @@ from dlas.report.render import (
 from dlas.report.speedup import averages, speedup_cells
 from dlas.report.tables import (
     accuracy_tables,
+    baseline_comparison,
     compare_algorithm,
     compare_compression,
     compare_overall,
@@ -100,6 +101,14 @@ def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str]
         f"{status['verification_failed']} failed verification, {status['not_runnable']} not "
         "runnable. Only verified results appear in tables, figures and analyses; every point "
         "is listed under Verification.")
+    baselines = sum(1 for p in points if p.is_baseline_result)
+    if baselines:
+        lines.append(f"{baselines} verified baseline points (PyTorch / ONNX Runtime) are "
+                     "compared with the TVM variants in their own section, not counted above.")
+    noisy = [p for p in points if p.noisy and p.is_timed]
+    if noisy:
+        lines.append(f"{len(noisy)} timed points are flagged noisy: their samples' coefficient "
+                     "of variation exceeds the sweep's cv_threshold (marked 'noisy' below).")
     lines += list(notes)
     doc.add(Bullets(lines))
 
@@ -234,6 +243,55 @@ def _speedup_section(doc: Document, points: list[Point], paper: Paper,
                   "Averaged over models"))
 
 
+def fmt_ratio_vs(ratio: float | None) -> str:
+    """TVM time / baseline time as the reader wants it: '1.8x slower', '2.0x faster'."""
+    if ratio is None:
+        return "-"
+    if ratio >= 1:
+        return f"{ratio:.2f}x slower"
+    return f"{1 / ratio:.2f}x faster"
+
+
+def _noisy(p: Point) -> str:
+    return f" (noisy, cv {p.latency_cv:.0%})" if p.noisy and p.latency_cv is not None else ""
+
+
+def _baseline_section(doc: Document, points: list[Point]) -> None:
+    doc.add(Heading("TVM against ONNX Runtime and PyTorch"))
+    cmp = baseline_comparison(points)
+    if not cmp.baselines:
+        doc.add(Para("No baselines measured: add `pytorch` and/or `onnxruntime` to the "
+                     "sweep's `tuning` to time the same models in what a user would "
+                     "otherwise deploy."))
+        return
+    names = [RUNTIME_NAMES.get(r, r) for r in cmp.runtimes]
+    doc.add(Table(
+        ["platform", "model", "compression", "runtime", "median", "accuracy", "threads"],
+        [[b.platform, b.model_label, b.compression_label, RUNTIME_NAMES.get(b.tuning, b.tuning),
+          fmt_ms(b.latency_ms) + _noisy(b), fmt_acc(b.accuracy), str(b.threads or "-")]
+         for b in cmp.baselines],
+        "Baselines: the compressed model in each runtime (threads matched to the target, "
+        "batch 1, verified against the same reference as the TVM variants, timed the same "
+        "way)."))
+    if not cmp.rows:
+        doc.add(Para("No verified TVM variant of the same model, compression and platform "
+                     "to compare with."))
+        return
+    rows: list[list[Cell | str]] = []
+    for r in cmp.rows:
+        v = r.variant
+        row: list[Cell | str] = [v.platform, v.model_label, v.compression_label, v.algorithm,
+                                 v.tuning_label, fmt_ms(v.latency_ms) + _noisy(v)]
+        for runtime in cmp.runtimes:
+            row.append(fmt_ratio_vs(r.ratio(runtime)))
+        rows.append(row)
+    doc.add(Table(["platform", "model", "compression", "algorithm", "tuning", "TVM median",
+                   *[f"vs {n}" for n in names]], rows,
+                  "Every verified TVM variant against the baselines of its model, "
+                  "compression and platform: how many times slower or faster TVM's median "
+                  "time is than the baseline's."))
+
+
 def _observations_section(doc: Document, points: list[Point], paper: Paper) -> None:
     doc.add(Heading("The paper's thirteen observations"))
     doc.add(Para("Each observation is tested on our verified results where the data allows; "
@@ -348,6 +406,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _accuracy_section(doc, points, paper, out_dir, files)
     _speed_section(doc, points, paper, experiment, out_dir, files)
     _speedup_section(doc, points, paper, experiment)
+    _baseline_section(doc, points)
     _observations_section(doc, points, paper)
     _environment_section(doc, points)
     _verification_section(doc, points)

@@ -4,6 +4,11 @@ The report reads databases written by every version of the runner, so a column t
 older database lacks (`compression_ratio`, `accuracy_source`) is derived or left `None`,
 never guessed. Only points that ran *and* passed verification are results; every other
 point is kept for the verification section and nowhere else.
+
+Baseline rows (PyTorch eager, ONNX Runtime, measured in the same sweep) are not TVM results:
+they have no algorithm in the paper's sense, so the paper's tables and analyses leave them
+out and the baseline comparison (`tables.baseline_comparison`) puts them beside the TVM
+variants of the same model, compression and platform.
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from typing import Any
 #: Target option names whose code runs on a GPU; everything else is a CPU target.
 GPU_TARGETS = frozenset({"cuda", "opencl", "vulkan", "rocm", "metal", "mali"})
 _GPU_WORDS = re.compile(r"cuda|opencl|vulkan|rocm|metal|mali|gpu", re.IGNORECASE)
+
+#: Baseline runtimes dlas ships; other baselines are recognised by the stand-in algorithm
+#: the grid gives them (version "baseline") or by their registry tag.
+BASELINE_RUNTIMES = frozenset({"pytorch", "onnxruntime"})
+#: Display names of runtimes.
+RUNTIME_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
 
 #: Ideal speedup of a reduced-precision option over float32 (bits saved).
 PRECISION_RATIOS = {"float16": 2.0, "int8": 4.0, "int8_uncalibrated": 4.0}
@@ -82,6 +93,24 @@ def _device_model(row: dict[str, Any], device: str) -> str:
     return str(cpu.get("model") or env.get("machine") or "unknown CPU")
 
 
+def is_baseline_row(row: dict[str, Any]) -> bool:
+    """Whether a row was measured in a baseline runtime rather than compiled by TVM."""
+    choices = (row.get("config") or {}).get("choices") or {}
+    if (choices.get("algorithms") or {}).get("version") == "baseline":
+        return True
+    tuning = option_name(row, "tuning", "tuning")
+    if tuning is None or tuning == "none":
+        return False
+    if tuning in BASELINE_RUNTIMES:
+        return True
+    try:
+        from dlas import registry
+
+        return "baseline" in registry.get("tuning", tuning).tags
+    except Exception:  # noqa: BLE001 - an option no longer installed: not a known baseline
+        return False
+
+
 def device_kind(target: str, target_params: dict[str, Any] | None) -> str:
     """'gpu' or 'cpu' for a target option and its parameters."""
     if target in GPU_TARGETS:
@@ -131,6 +160,10 @@ class Point:
     chosen_level: float | None = None
     updated_at: float = 0.0
     environment: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: Measured in a baseline runtime (PyTorch, ONNX Runtime), not a TVM variant.
+    baseline: bool = False
+    latency_cv: float | None = None
+    noisy: bool = False
 
     @property
     def family(self) -> str:
@@ -145,9 +178,19 @@ class Point:
         return "untuned" if not self.tuned else f"tuned ({self.tuning})"
 
     @property
-    def is_result(self) -> bool:
-        """Ran, passed verification against PyTorch, and has a timing."""
+    def is_timed(self) -> bool:
+        """Ran, passed verification against its reference, and has a timing."""
         return self.status == "ok" and self.verified and self.latency_ms is not None
+
+    @property
+    def is_result(self) -> bool:
+        """A TVM variant that ran, passed verification and has a timing: what the paper's
+        tables and analyses are built from (baselines are compared separately)."""
+        return self.is_timed and not self.baseline
+
+    @property
+    def is_baseline_result(self) -> bool:
+        return self.is_timed and self.baseline
 
     def describe(self) -> str:
         return " / ".join((self.dataset, self.model_label, self.compression_label,
@@ -207,6 +250,9 @@ def point_from_row(row: dict[str, Any]) -> Point:
         chosen_level=_float(chosen) if isinstance(chosen, (int, float)) else None,
         updated_at=float(row.get("updated_at") or 0.0),
         environment=row.get("environment") or {},
+        baseline=is_baseline_row(row),
+        latency_cv=_float(row.get("latency_cv")),
+        noisy=bool(row.get("noisy")),
     )
 
 

@@ -283,3 +283,64 @@ def accuracy_tables(points: Iterable[Point]) -> list[AccuracyTable]:
         table.rows.append(AccuracyRow(dataset, model_label, any_point.model,
                                       any_point.params, any_point.macs, top1, cells))
     return [tables[k] for k in sorted(tables)]
+
+
+# -- TVM against the baselines -------------------------------------------------------------
+
+#: Baseline runtimes in column order; others follow alphabetically.
+RUNTIME_ORDER = ["onnxruntime", "pytorch"]
+
+
+def _setting(p: Point) -> tuple[str, str, str, str]:
+    """What a TVM variant and a baseline must share to be compared: the same model,
+    compressed the same way, on the same platform (the baseline has no algorithm)."""
+    return (p.dataset, p.platform, p.model_label, p.compression_label)
+
+
+@dataclass
+class BaselineRow:
+    """One verified TVM variant beside the baselines of its model/compression/platform."""
+
+    variant: Point
+    baselines: dict[str, Point]
+
+    def ratio(self, runtime: str) -> float | None:
+        """TVM time / baseline time: above 1 the TVM variant is slower."""
+        base = self.baselines.get(runtime)
+        if base is None or not base.latency_ms or self.variant.latency_ms is None:
+            return None
+        return self.variant.latency_ms / base.latency_ms
+
+
+@dataclass
+class BaselineComparison:
+    runtimes: list[str]
+    #: Every verified baseline point (latest per setting and runtime).
+    baselines: list[Point]
+    rows: list[BaselineRow]
+
+
+def baseline_comparison(points: Iterable[Point]) -> BaselineComparison:
+    """Every verified TVM variant that has a verified baseline of the same setting, with
+    its time relative to each runtime."""
+    points = list(points)
+    by_setting: dict[tuple[str, str, str, str], dict[str, Point]] = defaultdict(dict)
+    for p in points:
+        if p.is_baseline_result:
+            runtimes = by_setting[_setting(p)]
+            prev = runtimes.get(p.tuning)
+            if prev is None or p.updated_at >= prev.updated_at:
+                runtimes[p.tuning] = p
+    runtimes = ordered({r for per in by_setting.values() for r in per}, RUNTIME_ORDER)
+    order = {c: i for i, c in enumerate(COMPRESSION_ORDER)}
+
+    def sort_key(p: Point) -> tuple:
+        return (p.dataset, p.platform, p.model_label, order.get(p.compression, len(order)),
+                p.compression_label, p.tuned, p.tuning, p.latency_ms or 0.0, p.algorithm)
+
+    rows = [BaselineRow(p, by_setting[_setting(p)])
+            for p in sorted((p for p in points if p.is_result and _setting(p) in by_setting),
+                            key=sort_key)]
+    baselines = sorted((b for per in by_setting.values() for b in per.values()),
+                       key=lambda b: (sort_key(b)[:5], b.tuning))
+    return BaselineComparison(runtimes, baselines, rows)
