@@ -1,0 +1,278 @@
+"""Baselines on the systems-software layer: PyTorch eager and ONNX Runtime measured in the
+same sweep as the TVM variants, once per model/compression/target, verified and timed the
+same way; combinations they cannot run are recorded with the reason."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlas import registry
+from dlas.report.data import point_from_row
+from dlas.report.tables import baseline_comparison, speed_cells
+from dlas.results.store import ResultStore
+from dlas.runner.cache import Cache
+from dlas.runner.runner import QUANTIZED_ONNX, Runner, RunReport, Workspace
+from dlas.runner.stages import stage_keys
+from dlas.sweep.config import parse_config
+from dlas.sweep.grid import BASELINE_TAG, expand
+from dlas.targets.base import TargetSpec
+from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
+from dlas.tuning.baselines.ort import ONNX_FILE
+from tests.conftest import tiny_sweep
+from tests.test_report import make_db, row
+
+
+def sweep(compression: list[str] | None = None, algorithms: list[str] | None = None,
+          tuning: str = "[none, pytorch, onnxruntime]", threads: int | None = 1) -> str:
+    text = tiny_sweep(compression=compression, algorithms=algorithms)
+    text = text.replace("tuning: [none]", f"tuning: {tuning}")
+    if threads:
+        text = text.replace("targets: [host]",
+                            f"targets:\n  - name: host\n    params: {{threads: {threads}}}")
+    return text
+
+
+def run(text: str, root: Path, cache: Path | None = None) -> RunReport:
+    return Runner(Workspace(root, cache), progress=False).run(parse_config(text))
+
+
+def rows(root: Path) -> list[dict]:
+    with ResultStore(root / "results.db") as store:
+        return store.rows()
+
+
+# -- the grid ---------------------------------------------------------------------------------
+
+
+def test_the_algorithm_axis_collapses_for_a_baseline() -> None:
+    algorithms = ["direct", "gemm", "spatial_pack"]
+    points = expand(parse_config(sweep(algorithms=algorithms, tuning="[none, onnxruntime]")))
+    tvm = [p for p in points if not p.is_baseline]
+    (ort,) = [p for p in points if p.is_baseline]  # one, not one per algorithm
+    assert [p.algorithms.name for p in tvm] == algorithms
+    assert ort.labels()["algorithms"] == ort.labels()["tuning"] == "onnxruntime"
+    assert BASELINE_TAG in ort.algorithms.tags and ort.blocked is None
+    assert [p.index for p in points] == list(range(len(points)))
+    # neither the point nor its stages depend on which algorithms the sweep lists
+    (alone,) = [p for p in expand(parse_config(sweep(tuning="[onnxruntime]")))]
+    assert alone.key == ort.key and stage_keys(alone) == stage_keys(ort)
+    keys = stage_keys(ort)
+    assert keys.baseline and not keys.compile and not keys.measure
+    assert [s for s, _ in keys.items()] == ["data", "train", "compress", "import", "baseline"]
+    assert "baseline" not in dict(stage_keys(tvm[0]).items())
+    # the baseline key follows what it measures: threads and the runtime's parameters
+    two = next(p for p in expand(parse_config(sweep(tuning="[onnxruntime]", threads=2))))
+    assert stage_keys(two).baseline != keys.baseline
+    assert stage_keys(two).import_ == keys.import_
+    basic = sweep(tuning="[{name: onnxruntime, params: {graph_optimization: basic}}]")
+    assert stage_keys(expand(parse_config(basic))[0]).baseline != keys.baseline
+
+
+@pytest.fixture
+def foreign_targets():
+    """A GPU target and a CPU of another architecture: baselines cannot run on either."""
+    other = "x86_64" if platform.machine() in ("aarch64", "arm64") else "aarch64"
+
+    @registry.register("targets", "test_gpu", description="a CUDA target (test)")
+    def gpu(params):
+        return TargetSpec(name="test_gpu", tvm_target={"kind": "cuda", "arch": "sm_90"},
+                          device="cuda")
+
+    @registry.register("targets", "test_other_cpu", description="another CPU arch (test)")
+    def other_cpu(params):
+        return TargetSpec(name="test_other_cpu", device="cpu", num_threads=1,
+                          tvm_target={"kind": "llvm", "mtriple": f"{other}-linux-gnu"})
+
+    yield ["test_gpu", "test_other_cpu"]
+    registry.unregister("targets", "test_gpu")
+    registry.unregister("targets", "test_other_cpu")
+
+
+def test_combinations_a_baseline_cannot_run_are_not_runnable_with_the_reason(
+        foreign_targets: list[str]) -> None:
+    text = sweep(compression=["none", "int8"], tuning="[pytorch, onnxruntime]").replace(
+        "targets:\n  - name: host\n    params: {threads: 1}",
+        "targets: [host, " + ", ".join(foreign_targets) + "]")
+    blocked = {(p.compression.name, p.tuning.name, p.targets.name): p.blocked
+               for p in expand(parse_config(text))}
+    assert blocked[("none", "pytorch", "host")] is None
+    assert blocked[("int8", "onnxruntime", "host")] is None
+    assert "cannot run the int8 QDQ model" in blocked[("int8", "pytorch", "host")]
+    for runtime in ("pytorch", "onnxruntime"):
+        assert "runs on cuda" in blocked[("none", runtime, "test_gpu")]
+        assert "local CPU" in blocked[("none", runtime, "test_gpu")]
+        assert "this machine is" in blocked[("none", runtime, "test_other_cpu")]
+
+
+# -- end to end -------------------------------------------------------------------------------
+
+
+def test_baselines_recorded_verified_timed_once_each_then_reused(tmp_path: Path) -> None:
+    import torch
+
+    threads_before = torch.get_num_threads()
+    text = sweep(algorithms=["direct", "gemm"])
+    first = run(text, tmp_path)
+    assert (first.points, first.ok, first.failed) == (4, 4, 0)
+    assert first.computed["baseline"] == 2 and first.computed["compile"] == 2
+    assert first.computed["import"] == 1  # one reference for TVM variants and baselines
+    assert torch.get_num_threads() == threads_before  # PyTorch's setting was restored
+
+    recorded = rows(tmp_path)
+    by_tuning: dict[str, list[dict]] = {}
+    for r in recorded:
+        by_tuning.setdefault(r["tuning"], []).append(r)
+    assert len(by_tuning["none"]) == 2
+    (pt,) = by_tuning["pytorch"]  # exactly one row per baseline, not per algorithm
+    (ort,) = by_tuning["onnxruntime"]
+    tvm = by_tuning["none"][0]
+    for r, runtime in ((pt, "pytorch"), (ort, "onnxruntime")):
+        assert r["status"] == "ok" and r["verified"] == 1, r.get("error")
+        assert r["algorithm"] == runtime
+        assert r["verification_reference"] == "pytorch" and r["max_abs_diff"] < 1e-3
+        assert r["top1_agreement"] == 1.0
+        assert r["threads"] == 1 and r["runtime_info"]["threads"] == 1
+        assert r["runtime_info"]["runtime"] == runtime and r["runtime_info"]["version"]
+        assert len(r["latency_samples_ms"]) == 5
+        assert 0 < r["latency_min_ms"] <= r["latency_median_ms"] <= r["latency_max_ms"]
+        assert r["latency_median_ms"] == pytest.approx(np.median(r["latency_samples_ms"]))
+        assert r["latency_cv"] == pytest.approx(
+            np.std(r["latency_samples_ms"]) / np.mean(r["latency_samples_ms"]))
+        assert r["noisy"] in (0, 1)
+        assert r["accuracy"] == tvm["accuracy"] and r["accuracy_source"] == "pytorch"
+        assert r["compile_s"] is None and r["conv_fallbacks"] is None
+        assert r["stage_seconds"]["baseline"] >= 0
+    assert ort["runtime_info"]["inter_op_threads"] == 1
+    assert ort["runtime_info"]["execution_mode"] == "sequential"
+    assert ort["runtime_info"]["providers"] == ["CPUExecutionProvider"]
+    assert ort["runtime_info"]["model"].startswith("float32 ONNX export")
+    assert pt["runtime_info"]["dtype"] == "float32"
+
+    second = run(text, tmp_path)
+    assert second.ok == 4 and second.recomputed_nothing
+    assert second.reused["baseline"] == 2 and second.computed["baseline"] == 0
+    assert len(rows(tmp_path)) == 4
+
+    # the report compares every TVM variant with both baselines, and keeps them out of
+    # the paper's tables
+    points = [point_from_row(r) for r in rows(tmp_path)]
+    cmp = baseline_comparison(points)
+    assert cmp.runtimes == ["onnxruntime", "pytorch"] and len(cmp.rows) == 2
+    for r in cmp.rows:
+        assert r.ratio("onnxruntime") == pytest.approx(
+            r.variant.latency_ms / ort["latency_median_ms"])
+    cells = next(iter(next(iter(speed_cells(points).values())).values()))
+    assert {alg for _, alg in cells} == {"direct", "gemm"}
+
+
+def test_int8_onnxruntime_baseline_runs_the_quantized_model(tmp_path: Path) -> None:
+    report = run(sweep(compression=["int8"], tuning="[pytorch, onnxruntime]"), tmp_path)
+    assert (report.ok, report.not_runnable, report.failed) == (1, 1, 0)
+    assert report.computed["compile"] == 0  # no TVM variant in this sweep
+    by_tuning = {r["tuning"]: r for r in rows(tmp_path)}
+    ort, pt = by_tuning["onnxruntime"], by_tuning["pytorch"]
+    assert ort["status"] == "ok" and ort["verified"] == 1 and ort["precision"] == "int8"
+    assert ort["verification_reference"] == "onnxruntime"
+    assert ort["runtime_info"]["model"] == "int8 QDQ model from the compress stage"
+    assert ort["accuracy"] == ort["ort_accuracy"] and ort["accuracy_source"] == "onnxruntime"
+    # the very bytes the compress stage quantized
+    point = next(p for p in expand(parse_config(
+        sweep(compression=["int8"], tuning="[onnxruntime]"))))
+    keys, cache = stage_keys(point), Cache(tmp_path / "cache")
+    assert (cache.path("baseline", keys.baseline) / ONNX_FILE).read_bytes() == (
+        cache.path("compress", keys.compress) / QUANTIZED_ONNX).read_bytes()
+    assert pt["status"] == "not_runnable" and "int8 QDQ" in pt["error"]
+
+
+@pytest.fixture
+def odd_baselines():
+    """A baseline that computes the wrong function, and one that finds it cannot run."""
+
+    class Negated(Peer):
+        runtime = "test_wrong_peer"
+
+        def __init__(self, model: BaselineModel) -> None:
+            self.module, self.threads = model.model, model.threads
+
+        def run(self, inputs: np.ndarray) -> np.ndarray:
+            import torch
+
+            with torch.no_grad():
+                return -self.module(torch.from_numpy(inputs)).numpy()
+
+        def bind(self, x: np.ndarray):  # noqa: ANN201
+            return lambda: self.run(x)
+
+    @registry.register("tuning", "test_wrong_peer", tags={BASELINE_TAG},
+                       description="negates the logits (test)")
+    def wrong(params, model):
+        return Negated(model)
+
+    @registry.register("tuning", "test_unable_peer", tags={BASELINE_TAG},
+                       description="cannot run anything (test)")
+    def unable(params, model):
+        raise BaselineNotRunnable("this runtime has no kernels at all")
+
+    yield ["test_wrong_peer", "test_unable_peer"]
+    registry.unregister("tuning", "test_wrong_peer")
+    registry.unregister("tuning", "test_unable_peer")
+
+
+def test_a_wrong_peer_fails_verification_and_an_unable_one_says_why(
+        tmp_path: Path, shared_cache: Path, odd_baselines: list[str]) -> None:
+    report = run(sweep(tuning=f"[{', '.join(odd_baselines)}]"), tmp_path, shared_cache)
+    assert (report.verification_failed, report.not_runnable) == (1, 1)
+    by_tuning = {r["tuning"]: r for r in rows(tmp_path)}
+    wrong, unable = by_tuning["test_wrong_peer"], by_tuning["test_unable_peer"]
+    assert wrong["status"] == "verification_failed" and wrong["verified"] == 0
+    assert "test_wrong_peer" in wrong["error"] and "differs from PyTorch" in wrong["error"]
+    assert wrong["latency_median_ms"] is None  # a wrong peer is never reported as a time
+    assert unable["status"] == "not_runnable" and unable["error_stage"] == "baseline"
+    assert "no kernels at all" in unable["error"]
+    again = run(sweep(tuning=f"[{', '.join(odd_baselines)}]"), tmp_path, shared_cache)
+    assert again.computed["baseline"] == 0 and again.not_runnable == 1
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def baseline_row(runtime: str, ms: float, **kw) -> dict:
+    r = row(algorithm=runtime, tuning=runtime, ms=ms, **kw)
+    r["config"]["choices"]["algorithms"]["version"] = "baseline"
+    return r
+
+
+def test_report_puts_tvm_variants_beside_the_baselines(tmp_path: Path) -> None:
+    from dlas.report import build_report
+
+    db = make_db(tmp_path / "r.db", [
+        row(algorithm="direct", ms=12.0), row(algorithm="gemm", ms=6.0),
+        row(algorithm="gemm", ms=3.0, tuning="metaschedule"),
+        row(algorithm="gemm", compression="int8", ms=5.0),
+        baseline_row("onnxruntime", 4.0), baseline_row("pytorch", 24.0),
+        baseline_row("onnxruntime", 2.5, compression="int8", latency_cv=0.2, noisy=1),
+    ])
+    from dlas.report.data import load_points
+
+    points = load_points(db)
+    assert sum(p.is_baseline_result for p in points) == 3
+    assert not any(p.is_result for p in points if p.baseline)
+    cmp = baseline_comparison(points)
+    ratios = {(r.variant.compression, r.variant.algorithm, r.variant.tuning):
+              (r.ratio("onnxruntime"), r.ratio("pytorch")) for r in cmp.rows}
+    assert ratios == {("none", "direct", "none"): (3.0, 0.5),
+                      ("none", "gemm", "none"): (1.5, 0.25),
+                      ("none", "gemm", "metaschedule"): (0.75, 0.125),
+                      ("int8", "gemm", "none"): (2.0, None)}
+    # the paper's tables see the TVM variants only
+    groups = speed_cells(points)
+    assert {g.tuning for g in groups} == {"none", "metaschedule"}
+    files = build_report(db, tmp_path / "out")
+    text = files.markdown.read_text()
+    assert "## TVM against ONNX Runtime and PyTorch" in text
+    assert "| 1.50x slower | 4.00x faster |" in text
+    assert "noisy, cv 20%" in text and "1 timed points are flagged noisy" in text
