@@ -1,11 +1,22 @@
-"""The targets dlas ships (layer 6)."""
+"""The targets dlas ships (layer 6): `host`, `llvm` (any CPU LLVM knows), `cuda`, and
+`remote` (any of them on a board reached through a TVM RPC tracker). See docs/targets.md.
+
+A target that cannot run on this machine (another CPU architecture, CUDA without a GPU)
+is still compiled; its `TargetSpec.unmeasurable` says why it is not measured, and its
+points are recorded as `not_runnable` with that reason.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import dataclasses
+import difflib
+from typing import Any
 
-from dlas.registry import register
-from dlas.targets.base import TargetSpec
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dlas.registry import Option, register
+from dlas.targets.arch import TRIPLES, machine_arch, normalize_arch
+from dlas.targets.base import RPCTracker, TargetSpec
 
 
 class HostParams(BaseModel):
@@ -26,3 +37,261 @@ def host(params: HostParams) -> TargetSpec:
         target = {**target, "mcpu": params.mcpu}
     return TargetSpec(name="host", tvm_target=target, device="cpu", num_threads=threads,
                       fingerprint={"cpu": cpu.get("model")})
+
+
+# -- explicit LLVM CPU targets -----------------------------------------------------------
+
+def _nearest(value: str, valid: list[str]) -> str:
+    near = difflib.get_close_matches(value, valid, n=1, cutoff=0.5)
+    return f" Did you mean '{near[0]}'?" if near else ""
+
+
+class LLVMParams(BaseModel):
+    """A CPU as an LLVM target; also the `host` of `cuda` and the board of `remote`."""
+
+    model_config = ConfigDict(extra="forbid")
+    arch: str | None = Field(
+        None, description=f"CPU architecture: {', '.join(TRIPLES)} (default: this machine's)")
+    mcpu: str | None = Field(
+        None, description="LLVM -mcpu (default: detected for this machine's arch, else "
+                          "'generic')")
+    mattr: list[str] = Field(
+        default_factory=list, description="LLVM -mattr features, e.g. ['+neon'] "
+                                          "(aarch64 always gets +neon)")
+    threads: int | None = Field(
+        None, ge=1, description="runtime worker threads (default: all cores when this "
+                                "machine runs it, else the board's own default)")
+    num_cores: int | None = Field(
+        None, ge=1, description="num-cores the compiler plans for (default: threads)")
+
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        arch = normalize_arch(value)
+        if arch not in TRIPLES:
+            raise ValueError(f"unknown arch '{value}'.{_nearest(arch, list(TRIPLES))} "
+                             f"Valid archs: {', '.join(TRIPLES)}")
+        return arch
+
+    @field_validator("mattr")
+    @classmethod
+    def _signed_features(cls, value: list[str]) -> list[str]:
+        bad = [f for f in value if not f or f[0] not in "+-"]
+        if bad:
+            raise ValueError(f"mattr entries start with + or - (e.g. '+neon'), got {bad}")
+        return value
+
+    @model_validator(mode="after")
+    def _known_mcpu(self) -> LLVMParams:
+        if self.mcpu is None:
+            return self
+        from tvm.target import codegen
+
+        triple = _triple(self.resolved_arch)
+        if not codegen.llvm_is_valid_cpu(self.mcpu, triple):
+            import tvm
+
+            cpus = [str(c) for c in codegen.llvm_get_cpu_archlist(
+                tvm.target.Target({"kind": "llvm", "mtriple": triple}))]
+            raise ValueError(f"mcpu '{self.mcpu}' is not a CPU LLVM knows for {triple}."
+                             f"{_nearest(self.mcpu, cpus)}")
+        return self
+
+    @property
+    def resolved_arch(self) -> str:
+        return self.arch or machine_arch()
+
+
+def _triple(arch: str) -> str:
+    return TRIPLES.get(arch, f"{arch}-linux-gnu")
+
+
+def llvm_spec(params: LLVMParams, *, board: bool = False) -> TargetSpec:
+    """The TargetSpec of an LLVM CPU target (see `LLVMParams`).
+
+    `board`: the CPU is a remote board's, so nothing is detected from this machine (its
+    mcpu and core count say nothing about the board; mcpu defaults to 'generic').
+    """
+    from dlas.targets.host import detect_host_cpu
+
+    arch = params.resolved_arch
+    here = arch == machine_arch() and not board
+    cpu = detect_host_cpu() if here else None
+    target: dict[str, Any] = {"kind": "llvm"}
+    if arch != machine_arch() or arch == "aarch64":  # as `host` does on an Arm machine
+        target["mtriple"] = _triple(arch)
+    target["mcpu"] = params.mcpu or (cpu["mcpu"] if cpu else "generic")
+    mattr = list(params.mattr)
+    if arch == "aarch64" and "+neon" not in mattr:
+        mattr.append("+neon")
+    if mattr:
+        target["mattr"] = mattr
+    threads = params.threads or (cpu["cores"] if cpu else None)
+    cores = params.num_cores or threads
+    if cores:
+        target["num-cores"] = cores
+    unmeasurable = None if here or board else (
+        f"{arch} code cannot run on this {machine_arch()} machine; measure it on a board "
+        "through the `remote` target")
+    return TargetSpec(
+        name="llvm", tvm_target=target, device="cpu", num_threads=threads,
+        fingerprint={"arch": arch, "cpu": cpu["model"] if cpu else None},
+        unmeasurable=unmeasurable)
+
+
+@register("targets", "llvm", params=LLVMParams,
+          description="a CPU via LLVM: arch (x86_64, aarch64), mcpu, mattr, threads")
+def llvm(params: LLVMParams) -> TargetSpec:
+    return llvm_spec(params)
+
+
+# -- CUDA GPUs ---------------------------------------------------------------------------
+
+#: The GPU arch a CUDA target compiles for when no GPU is here to ask (A100).
+DEFAULT_CUDA_ARCH = "sm_80"
+NO_GPU = "no CUDA GPU on this machine"
+
+
+def local_cuda_gpu() -> dict[str, str] | None:
+    """This machine's first CUDA GPU (name, arch), or None."""
+    import tvm
+
+    try:
+        dev = tvm.cuda(0)
+        if not dev.exist:
+            return None
+        return {"name": str(dev.device_name),
+                "arch": "sm_" + str(dev.compute_version).replace(".", "")}
+    except Exception:  # noqa: BLE001 - a TVM without CUDA: no GPU to use
+        return None
+
+
+class CUDAParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    arch: str | None = Field(
+        None, pattern=r"^sm_\d+[a-z]?$",
+        description=f"GPU arch, e.g. sm_72 (default: this machine's GPU, else "
+                    f"{DEFAULT_CUDA_ARCH})")
+    host: LLVMParams = Field(default_factory=LLVMParams,
+                             description="the CPU side (an `llvm` target's params)")
+
+
+def cuda_spec(params: CUDAParams, *, board: bool = False) -> TargetSpec:
+    """The TargetSpec of a CUDA target; `board`: a remote board's GPU (not looked for)."""
+    if board and params.arch is None:
+        raise ValueError("a remote CUDA board needs its arch set (e.g. sm_72 for a Jetson "
+                         "AGX Xavier): it cannot be detected from here")
+    gpu = None if board else local_cuda_gpu()
+    arch = params.arch or (gpu["arch"] if gpu else DEFAULT_CUDA_ARCH)
+    host_spec = llvm_spec(params.host, board=board)
+    unmeasurable = None if board else host_spec.unmeasurable or (None if gpu else NO_GPU)
+    return TargetSpec(
+        name="cuda", tvm_target={"kind": "cuda", "arch": arch, "host": host_spec.tvm_target},
+        device="cuda", num_threads=host_spec.num_threads,
+        fingerprint={"gpu": gpu["name"] if gpu else None, "arch": arch,
+                     "host": host_spec.fingerprint},
+        unmeasurable=unmeasurable)
+
+
+@register("targets", "cuda", params=CUDAParams,
+          description="a CUDA GPU: minimal thread-bound schedules; measured only where a "
+                      "GPU is present")
+def cuda(params: CUDAParams) -> TargetSpec:
+    return cuda_spec(params)
+
+
+# -- boards over TVM RPC -----------------------------------------------------------------
+
+class BoardTarget(BaseModel):
+    """The board's target: another target option (not `remote`) and its params."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class RemoteParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str = Field(min_length=1, description="the key the board's rpc_server registered")
+    tracker_host: str = Field("127.0.0.1", min_length=1, description="RPC tracker host")
+    tracker_port: int = Field(9190, ge=1, le=65535, description="RPC tracker port")
+    target: BoardTarget = Field(
+        default_factory=lambda: BoardTarget(name="llvm"),
+        description="the board's target: {name: llvm|cuda|..., params: {...}}")
+    session_timeout_s: float = Field(600.0, gt=0, description="longest measurement session")
+    request_timeout_s: float = Field(60.0, gt=0, description="wait for a free board")
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _name_only(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _board_params(self) -> RemoteParams:
+        board = self.board_option().parse_params(self.target.params)  # fail at config time
+        if isinstance(board, CUDAParams) and board.arch is None:
+            raise ValueError("a remote CUDA board needs its arch set (e.g. sm_72 for a "
+                             "Jetson AGX Xavier): it cannot be detected from here")
+        return self
+
+    def board_option(self) -> Option:
+        from dlas import registry
+
+        if self.target.name in _NOT_BOARDS:
+            raise ValueError(f"a remote board's target cannot be `{self.target.name}`: "
+                             f"{_NOT_BOARDS[self.target.name]}")
+        try:
+            return registry.get("targets", self.target.name)
+        except registry.UnknownOptionError as err:
+            raise ValueError(str(err)) from None
+
+
+_NOT_BOARDS = {
+    "remote": "boards are not chained",
+    "host": "`host` is the machine running dlas; describe the board with `llvm` "
+            "(arch, mcpu, threads)",
+}
+
+
+def _board_spec(option: Option, params: BaseModel) -> TargetSpec:
+    if isinstance(params, LLVMParams):
+        return llvm_spec(params, board=True)
+    if isinstance(params, CUDAParams):
+        return cuda_spec(params, board=True)
+    return option.fn(params)  # a third-party target option describes its own board
+
+
+def _threads_explicit(params: BaseModel) -> bool:
+    if isinstance(params, CUDAParams):
+        return params.host.threads is not None
+    return getattr(params, "threads", None) is not None
+
+
+@register("targets", "remote", params=RemoteParams,
+          description="any target, measured on a board reached through a TVM RPC tracker")
+def remote(params: RemoteParams) -> TargetSpec:
+    option = params.board_option()
+    board_params = option.parse_params(params.target.params)
+    board = _board_spec(option, board_params)
+    threads = board.num_threads if _threads_explicit(board_params) else None
+    tvm_target = board.tvm_target
+    if threads is None:  # this machine's core count says nothing about the board's
+        tvm_target = _without_num_cores(tvm_target)
+    return dataclasses.replace(
+        board, name="remote", tvm_target=tvm_target, num_threads=threads,
+        # the tracker key names the board: two boards never share a measurement
+        fingerprint={"rpc_key": params.key, "board": option.name,
+                     "target": board.fingerprint},
+        rpc=RPCTracker(host=params.tracker_host, port=params.tracker_port, key=params.key,
+                       session_timeout_s=params.session_timeout_s,
+                       request_timeout_s=params.request_timeout_s),
+        unmeasurable=None)
+
+
+def _without_num_cores(target: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in target.items() if k != "num-cores"}
+    if isinstance(out.get("host"), dict):
+        out["host"] = _without_num_cores(out["host"])
+    return out
