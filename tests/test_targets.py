@@ -1,0 +1,206 @@
+"""Layer 6 target options: validation, the JSON targets, cross (aarch64) and CUDA builds."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from pydantic import ValidationError
+
+from dlas import registry
+from dlas.compiler.build import compile_model
+from dlas.compiler.relax_import import ImportedModel, import_torch_model
+from dlas.results.store import ResultStore
+from dlas.runner.runner import Runner, Workspace
+from dlas.sweep.config import parse_config
+from dlas.targets.arch import machine_arch, target_arch
+from dlas.targets.base import TargetSpec
+from dlas.targets.options import NO_GPU, local_cuda_gpu
+from tests.conftest import tiny_sweep
+
+OTHER_ARCH = "aarch64" if machine_arch() != "aarch64" else "x86_64"
+NO_GPU_HERE = pytest.mark.skipif(local_cuda_gpu() is not None,
+                                 reason="a CUDA GPU is present: points are measured")
+
+
+def spec(name: str, **params) -> TargetSpec:
+    option = registry.get("targets", name)
+    return option.fn(option.parse_params(params))
+
+
+def invalid(name: str, **params) -> str:
+    option = registry.get("targets", name)
+    with pytest.raises(ValidationError) as info:
+        option.parse_params(params)
+    return str(info.value)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plugins() -> None:
+    registry.load_plugins()
+
+
+def test_misspelled_arch_lists_the_valid_ones() -> None:
+    message = invalid("llvm", arch="aarch46")
+    assert "Did you mean 'aarch64'?" in message and "x86_64, aarch64" in message
+    assert spec("llvm", arch="arm64").fingerprint["arch"] == "aarch64"  # an alias
+
+
+def test_bad_mcpu_and_mattr_are_rejected() -> None:
+    assert "Did you mean 'cortex-a7" in invalid("llvm", arch="aarch64", mcpu="cortex-a37")
+    assert "start with + or -" in invalid("llvm", mattr=["neon"])
+    assert "sm_" in invalid("cuda", arch="80")
+
+
+def test_llvm_json_targets() -> None:
+    arm = spec("llvm", arch="aarch64", mcpu="cortex-a73", mattr=["+fp-armv8"], threads=4)
+    assert arm.tvm_target == {"kind": "llvm", "mtriple": "aarch64-linux-gnu",
+                              "mcpu": "cortex-a73", "mattr": ["+fp-armv8", "+neon"],
+                              "num-cores": 4}
+    assert arm.num_threads == 4 and arm.device == "cpu"
+    tvm.target.Target(arm.tvm_target)  # TVM accepts the dict as is
+    local = spec("llvm")
+    assert local.unmeasurable is None and local.tvm_target["kind"] == "llvm"
+    assert local.tvm_target["mcpu"] == spec("host").tvm_target["mcpu"]  # detected
+    assert target_arch(local.tvm_target) == machine_arch()
+
+
+def test_other_arch_is_compiled_but_not_measured_here() -> None:
+    other = spec("llvm", arch=OTHER_ARCH)
+    assert other.unmeasurable and OTHER_ARCH in other.unmeasurable
+    assert "remote" in other.unmeasurable  # what to do instead
+
+
+def test_cuda_json_target() -> None:
+    gpu = spec("cuda", arch="sm_72", host={"threads": 2})
+    assert gpu.tvm_target["kind"] == "cuda" and gpu.tvm_target["arch"] == "sm_72"
+    assert gpu.tvm_target["host"]["kind"] == "llvm" and gpu.tvm_target["host"]["num-cores"] == 2
+    assert gpu.device == "cuda" and gpu.num_threads == 2
+    target = tvm.target.Target(gpu.tvm_target)
+    assert target.kind.name == "cuda" and target.host.kind.name == "llvm"
+
+
+@NO_GPU_HERE
+def test_cuda_without_gpu_is_unmeasurable() -> None:
+    gpu = spec("cuda")
+    assert gpu.unmeasurable == NO_GPU and gpu.tvm_target["arch"] == "sm_80"
+
+
+def test_remote_target_wraps_a_board_target() -> None:
+    board = spec("remote", key="hikey970", tracker_host="lab", tracker_port=9190,
+                 target={"name": "llvm", "params": {"arch": "aarch64", "mcpu": "cortex-a73",
+                                                    "threads": 4}})
+    assert board.rpc is not None and (board.rpc.host, board.rpc.port) == ("lab", 9190)
+    assert board.rpc.key == "hikey970" and board.unmeasurable is None
+    assert board.tvm_target["mtriple"] == "aarch64-linux-gnu" and board.num_threads == 4
+    assert board.fingerprint["rpc_key"] == "hikey970"
+    other = spec("remote", key="hikey970-2", tracker_host="lab",
+                 target={"name": "llvm", "params": {"arch": "aarch64", "mcpu": "cortex-a73",
+                                                    "threads": 4}})
+    assert other.fingerprint != board.fingerprint  # two boards never share a measurement
+    # nothing about this machine leaks into a board's target
+    plain = spec("remote", key="b", target="llvm")
+    assert plain.tvm_target["mcpu"] == "generic" and "num-cores" not in plain.tvm_target
+    assert plain.num_threads is None and plain.fingerprint["target"]["cpu"] is None
+
+
+def test_remote_board_target_is_validated() -> None:
+    assert "Did you mean 'llvm'?" in invalid("remote", key="k", target="llvmm")
+    assert "`host` is the machine running dlas" in invalid("remote", key="k", target="host")
+    assert "needs its arch" in invalid("remote", key="k", target={"name": "cuda"})
+    assert "unknown arch" in invalid("remote", key="k",
+                                     target={"name": "llvm", "params": {"arch": "mips"}})
+    assert "key" in invalid("remote")
+
+
+# -- code generation -----------------------------------------------------------------------
+
+def test_aarch64_codegen_uses_neon() -> None:
+    """TVM builds TIR for the aarch64 triple here, and a vectorized loop becomes Neon."""
+    from tvm import te
+
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: a[i] * 2.0 + 1.0, name="b")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
+    outer, inner = sch.split(sch.get_loops(sch.get_sblock("b"))[0], factors=[None, 4])
+    sch.vectorize(inner)
+    target = tvm.target.Target(spec("llvm", arch="aarch64").tvm_target)
+    lib = tvm.compile(sch.mod, target=target)
+    asm = lib.mod.inspect_source("asm")
+    assert "v0.4s" in asm or ".4s" in asm  # 128-bit Neon lanes of four floats
+
+
+@pytest.fixture(scope="module")
+def tiny_imported() -> ImportedModel:
+    from tests.plugins.tiny_cnn import TinyCNN
+
+    torch.manual_seed(0)
+    model = TinyCNN(10).eval()
+    with torch.no_grad():  # pruned, so the CSR algorithms have something to skip
+        for p in model.parameters():
+            p.mul_((torch.rand_like(p) > 0.5).float())
+    return import_torch_model(model, (1, 3, 8, 8))
+
+
+def algorithm(name: str):
+    option = registry.get("algorithms", name)
+    return option.fn(option.parse_params({}))
+
+
+def test_aarch64_model_exports_objects_for_the_board(tiny_imported: ImportedModel,
+                                                     tmp_path: Path) -> None:
+    target = spec("llvm", arch="aarch64", threads=4).tvm_target
+    result = compile_model(tiny_imported, algorithm("direct"), target, tmp_path)
+    assert result.executable_path.name == "model.tar"  # linked by the board's rpc_server
+    assert result.executable_path.stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["direct", "direct_csr", "spatial_pack_csr"])
+def test_cuda_compile_binds_every_kernel(tiny_imported: ImportedModel, tmp_path: Path,
+                                         name: str) -> None:
+    """A CUDA target compiles with no GPU here: every PrimFunc bound to blocks/threads,
+    CUDA source in the library (checked by nvcc when there is one)."""
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.compiler.gpu_schedule import apply_gpu_schedules
+
+    target = make_target(spec("cuda", arch="sm_80").tvm_target)
+    mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algorithm(name), target)
+    bound, _ = apply_gpu_schedules(mod, target)
+    for gvar, func in bound.functions_items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            assert "threadIdx.x" in func.script(), gvar.name_hint
+    result = compile_model(tiny_imported, algorithm(name), target, tmp_path)
+    assert result.executable_path.name == "model.so" and result.executable_path.exists()
+
+
+def test_cuda_source_compiles_with_nvcc(tiny_imported: ImportedModel) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH: cannot check the generated CUDA source")
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.compiler.gpu_schedule import build_gpu, check_device_code, cuda_sources
+
+    target = make_target(spec("cuda", arch="sm_80").tvm_target)
+    mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algorithm("gemm_csr"),
+                          target)
+    executable, _ = build_gpu(mod, target)
+    sources = cuda_sources(executable)
+    assert sources and "__global__" in sources[0] and "threadIdx.x" in sources[0]
+    assert "nvcc for sm_80" in check_device_code(executable, target)
+
+
+@NO_GPU_HERE
+def test_cuda_point_is_compiled_then_not_runnable(tmp_path: Path, shared_cache: Path) -> None:
+    text = tiny_sweep("cuda").replace("targets: [host]",
+                                      "targets:\n  - name: cuda\n    params: {arch: sm_80}")
+    report = Runner(Workspace(tmp_path, shared_cache), progress=False).run(parse_config(text))
+    assert report.not_runnable == 1 and report.failed == 0
+    assert report.computed["compile"] + report.reused["compile"] == 1  # compiled, cached
+    assert report.computed["measure"] == 0
+    with ResultStore(tmp_path / "results.db") as store:
+        row = store.rows()[0]
+    assert row["status"] == "not_runnable" and row["error"] == NO_GPU
+    assert row["compile_s"] is not None and np.isfinite(row["compile_s"])
