@@ -7,6 +7,9 @@ legal. Tiling, unrolling and cache stages are left to tuning.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
+
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
@@ -88,6 +91,16 @@ def parallelize_producers(sch: s_tir.Schedule, block: SBlockRV) -> None:
             parallelize_block(sch, producer, bits)
 
 
+#: (schedule, row block, dtype, vector_loops) -> the row's parallel loop.
+CSRRowRule = Callable[[s_tir.Schedule, SBlockRV, str, int], LoopRV]
+
+#: The schedule every CSR kernel's row nest gets. Unset: the minimal one below. The
+#: tuning layer's sparse search space (`dlas.tuning.metaschedule.sparse_space`) sets a
+#: rule that samples tile sizes instead, so each algorithm keeps scheduling its own
+#: packing/im2col stages and only the data-dependent nest becomes a search space.
+CSR_ROW_RULE: ContextVar[CSRRowRule | None] = ContextVar("dlas_csr_row_rule", default=None)
+
+
 def schedule_csr_rows(sch: s_tir.Schedule, row: SBlockRV, dtype: str, vector_loops: int) -> LoopRV:
     """Minimal schedule of a CSR kernel (a row block holding its update block).
 
@@ -96,14 +109,23 @@ def schedule_csr_rows(sch: s_tir.Schedule, row: SBlockRV, dtype: str, vector_loo
     loop over the row's entries is already outside the spatial loops; the innermost
     `vector_loops` spatial loops are vectorized (fused when there are two).
     """
+    rule = CSR_ROW_RULE.get()
+    if rule is not None:
+        return rule(sch, row, dtype, vector_loops)
     outer = parallel_outer(sch, sch.get_loops(row))
-    (update,) = sch.get_child_blocks(row)
-    loops = sch.get_loops(update)  # those inside the row block
-    kinds = [_loop_is_data_dependent(sch, lp) for lp in loops]
-    j = kinds.index(True)
+    update, loops, j = csr_update_loops(sch, row)
     vector = loops[-vector_loops:]
     vectorize_under_reduction(sch, update, [loops[j]], vector, dtype)
     return outer
+
+
+def csr_update_loops(sch: s_tir.Schedule, row: SBlockRV) -> tuple[SBlockRV, list[LoopRV], int]:
+    """The update block inside a CSR row block, its loops, and the index of the
+    data-dependent loop over the row's non-zeros among them."""
+    (update,) = sch.get_child_blocks(row)
+    loops = sch.get_loops(update)
+    kinds = [_loop_is_data_dependent(sch, lp) for lp in loops]
+    return update, loops, kinds.index(True)
 
 
 def _loop_is_data_dependent(sch: s_tir.Schedule, loop: LoopRV) -> bool:

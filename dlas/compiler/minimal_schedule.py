@@ -226,6 +226,17 @@ def schedule_prim_func(
     tagged with another algorithm's name are an error.
     """
     sch = s_tir.Schedule(func)
+    warnings = schedule_blocks(sch, conv_schedulers, vector_bits)
+    return sch.mod["main"], warnings
+
+
+def schedule_blocks(
+    sch: s_tir.Schedule,
+    conv_schedulers: dict[str, ConvScheduler],
+    vector_bits: int,
+) -> list[str]:
+    """`schedule_prim_func` on a schedule the caller owns (MetaSchedule's sparse space
+    traces it, with conv schedulers that sample their tile sizes)."""
     warnings: list[str] = []
     before = {block_name(sch, b) for b in leaf_blocks(sch)}
     convs = []
@@ -259,4 +270,4 @@ def schedule_prim_func(
         except Exception as err:  # noqa: BLE001 - leave the block serial, but say so
             warnings.append(f"block {name}: left serial ({type(err).__name__})")
             log.debug("minimal schedule failed on %s: %s", name, err)
-    return sch.mod["main"], warnings
+    return warnings
