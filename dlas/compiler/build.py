@@ -45,6 +45,7 @@ from ..algorithms.base import (
     flatten_extern_blocks,
     tag_conv_block,
 )
+from ..targets.arch import export_suffix
 from .minimal_schedule import schedule_prim_func
 from .relax_import import ImportedModel
 
@@ -294,10 +295,9 @@ def compile_model(
     """Compile `imp` with `algorithm` for `target` into `out_dir`."""
     start = time.perf_counter()
     tgt = make_target(target)
-    if tgt.kind.name != "llvm":
-        # The minimal schedules are CPU loop nests (parallel + vectorize); a GPU needs
-        # thread bindings, which nothing here provides yet.
-        raise NotImplementedError(f"only LLVM (CPU) targets are supported, got {tgt.kind.name}")
+    if tgt.kind.name not in ("llvm", "cuda"):
+        raise NotImplementedError(
+            f"targets of kind {tgt.kind.name} are not supported (llvm for CPUs, cuda for GPUs)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     mod, legalizer = lower_to_tir(imp.mod, imp.params, algorithm, tgt)
@@ -310,9 +310,15 @@ def compile_model(
                 old = before.get(gvar.name_hint)
                 if old is None or not structural_equal(old, func):
                     hooked.add(gvar.name_hint)
-    mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
-    executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_finalize_pipeline(tgt))
-    path = out_dir / LIBRARY_FILE
+    if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
+        from .gpu_schedule import build_gpu
+
+        executable, warnings = build_gpu(mod, tgt, skip=hooked)
+    else:
+        mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
+        executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_finalize_pipeline(tgt))
+    # a .tar of objects when the code is for another CPU (linked on the board, over RPC)
+    path = (out_dir / LIBRARY_FILE).with_suffix(export_suffix(tgt))
     executable.export_library(str(path))
     result = CompileResult(
         executable_path=path,

@@ -23,7 +23,7 @@ import numpy as np
 
 from dlas import registry
 from dlas.results.environment import capture_environment
-from dlas.results.store import ResultStore
+from dlas.results.store import ResultStore, latency_columns
 from dlas.runner import stages
 from dlas.runner.cache import Cache
 from dlas.runner.console import RunConsole
@@ -338,19 +338,21 @@ class Runner:
             algorithm = point.algorithms.option.fn(point.algorithms.params)
             tuning_ctx = TuningContext(target=target, budgets=point.budgets,
                                        work_dir=self.workspace.root / "tuning",
-                                       progress=self.progress)
-            start = time.perf_counter()
+                                       progress=self.progress, say=self.console.note)
             hook = point.tuning.option.fn(point.tuning.params, tuning_ctx)
-            meta["tuning_s"] = time.perf_counter() - start
-            with self.console.activity(f"compiling with {point.algorithms.label}"):
+            activity = "tuning and compiling" if hook is not None else "compiling"
+            with self.console.activity(f"{activity} with {point.algorithms.label}"):
                 result = compile_model(imported, algorithm, target.tvm_target, tmp,
                                        schedule_hook=hook)
+            tuning = hook.report.summary() if hasattr(hook, "report") else None
+            meta["tuning_s"] = tuning["seconds"] if tuning else 0.0
+            meta["tuning"] = tuning
             meta.update(
                 executable=result.executable_path.name,
                 fallbacks=result.fallbacks,
                 schedule_warnings=result.schedule_warnings,
                 conv_count=result.conv_count,
-                compile_s=result.compile_seconds,
+                compile_s=result.compile_seconds - meta["tuning_s"],  # tuning apart
                 tvm_target=target.tvm_target,
             )
 
@@ -362,7 +364,8 @@ class Runner:
     def _measure(self, point: Point, keys: stages.StageKeys) -> dict[str, Any]:
         """Verify the compiled module, time it, and for reduced precision measure its
         test accuracy (the compiled module is the only place that number exists)."""
-        from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm
+        from dlas.measure.session import Session, open_session
+        from dlas.measure.timing import run_batch, time_vm
         from dlas.measure.verify import verify_outputs
 
         imported = self._import(point, keys)
@@ -371,13 +374,20 @@ class Runner:
         b = point.budgets
         precision = imported.meta["precision"]
 
-        threads = stages.resolve_target(point).num_threads
+        target = stages.resolve_target(point)
 
         def compute(_tmp: Path, meta: dict[str, Any]) -> None:
-            vm = load_vm(executable)
+            # this process's CPU or GPU, or a board over RPC (dlas.measure.session)
+            with open_session(target) as session:
+                measure(session, meta)
+
+        def measure(session: Session, meta: dict[str, Any]) -> None:
+            vm = session.load(executable)
+            dev = session.device
+            threads = session.set_threads(target.num_threads)
             if threads:
-                meta["threads"] = set_num_threads(threads)
-            got = run_batch(vm, imported.inputs)
+                meta["threads"] = threads
+            got = run_batch(vm, imported.inputs, device=dev)
             verification = verify_outputs(got, imported.outputs, dtype=precision,
                                           reference=imported.meta["reference"],
                                           output_step=imported.meta.get("output_step"))
@@ -392,7 +402,7 @@ class Runner:
             if precision != "float32" and train_meta["accuracy"] is not None:
                 bundle = self._data(point, keys)
                 with self.console.activity("accuracy of the compiled model"):
-                    meta["accuracy"] = _vm_accuracy(vm, bundle.test)
+                    meta["accuracy"] = _vm_accuracy(vm, bundle.test, device=dev)
             x = imported.inputs[:1]
             samples: list[float] = []
             chunk = max(1, min(25, b.measure_repeat // 10 or 1))
@@ -400,11 +410,137 @@ class Runner:
                 while len(samples) < b.measure_repeat:
                     n = min(chunk, b.measure_repeat - len(samples))
                     samples += time_vm(vm, x, repeat=n, number=b.measure_number,
-                                       warmup=b.warmup if not samples else 0)
+                                       warmup=b.warmup if not samples else 0, device=dev)
                     advance(n)
             meta["samples_ms"] = [s * 1e3 for s in samples]
 
         return self._stage("measure", keys.measure, compute, lambda p, m: m)
+
+    def _baseline(self, point: Point, keys: stages.StageKeys) -> dict[str, Any]:
+        """A baseline point's one stage after import: the compressed model in the baseline
+        runtime (PyTorch, ONNX Runtime), verified against the same reference outputs as the
+        TVM variants, its accuracy where it computes in reduced precision, and its timing
+        by the TVM path's method. A runtime that cannot run the model says why."""
+        from dlas.measure.verify import verify_outputs
+        from dlas.targets.host import available_cores
+        from dlas.tuning.baselines.base import (
+            BaselineModel,
+            BaselineNotRunnable,
+            peer_accuracy,
+            time_peer,
+        )
+
+        bundle = self._data(point, keys)
+        _, train_meta = self._train(point, keys)
+        compressed = self._compress(point, keys)
+        imported = self._import(point, keys)
+        b = point.budgets
+        precision = imported.meta["precision"]
+        threads = stages.resolve_target(point).num_threads or available_cores()
+        onnx = (compressed.meta.get("deployment") or {}).get("onnx")
+
+        def compute(tmp: Path, meta: dict[str, Any]) -> None:
+            model = BaselineModel(
+                compressed.model, precision, tuple(bundle.input_shape), threads,
+                quantized_onnx=(compressed.path / onnx).read_bytes() if onnx else None,
+                work_dir=tmp, info=compressed.meta.get("info") or {})
+            try:
+                with self.console.activity(f"loading the model in {point.tuning.label}"):
+                    peer = point.tuning.option.fn(point.tuning.params, model)
+            except BaselineNotRunnable as exc:
+                meta["not_runnable"] = str(exc)
+                return
+            try:
+                meta.update(runtime_info=peer.info(), threads=peer.threads)
+                got = peer.run_batch1(imported.inputs)
+                step = imported.meta.get("output_step")
+                verification = verify_outputs(got, imported.outputs, dtype=precision,
+                                              reference=imported.meta["reference"],
+                                              output_step=step)
+                meta["verification"] = verification.as_dict()
+                fp32 = verify_outputs(got, imported.fp32_outputs, dtype=precision,
+                                      output_step=step)
+                meta["fp32_agreement"] = {"max_abs_diff": fp32.max_abs_diff,
+                                          "top1_agreement": fp32.top1_agreement}
+                if not verification.passed:
+                    meta["error"] = f"{peer.runtime}: {verification.explain()}"
+                    return  # a peer computing another function is not timed
+                if precision != "float32" and train_meta["accuracy"] is not None:
+                    if peer.accuracy_is_ort_accuracy:
+                        meta["accuracy"] = compressed.meta.get("ort_accuracy")
+                    else:
+                        with self.console.activity(f"accuracy in {peer.runtime}"):
+                            meta["accuracy"] = peer_accuracy(peer, bundle.test)
+                call = peer.bind(imported.inputs[:1])
+                samples: list[float] = []
+                chunk = max(1, min(25, b.measure_repeat // 10 or 1))
+                with self.console.measuring(b.measure_repeat) as advance:
+                    while len(samples) < b.measure_repeat:
+                        n = min(chunk, b.measure_repeat - len(samples))
+                        samples += time_peer(call, repeat=n, number=b.measure_number,
+                                             warmup=b.warmup if not samples else 0)
+                        advance(n)
+                meta["samples_ms"] = [s * 1e3 for s in samples]
+            finally:
+                peer.close()
+
+        return self._stage("baseline", keys.baseline, compute, lambda p, m: m)
+
+    def _baseline_row(self, point: Point, keys: stages.StageKeys,
+                      row: dict[str, Any]) -> dict[str, Any]:
+        """The result row of a baseline point: the TVM row's columns, filled from the
+        baseline stage (no compile or tuning time; `runtime_info` says what ran)."""
+        before = dict(self.report.seconds)
+        try:
+            _, train_meta = self._train(point, keys)
+            comp_meta = self._compress(point, keys).meta
+            measured = self._baseline(point, keys)
+        except StageFailed as failure:
+            row.update(status="failed", error_stage=failure.stage,
+                       error=f"{type(failure.error).__name__}: {failure.error}",
+                       traceback=failure.tb)
+            return row
+        finally:
+            row["stage_seconds"] = {s: self.report.seconds[s] - before.get(s, 0.0)
+                                    for s in stages.STAGES}
+        if "not_runnable" in measured:
+            row.update(status="not_runnable", error_stage="baseline",
+                       error=f"tuning '{point.tuning.name}': {measured['not_runnable']}")
+            return row
+        precision = comp_meta["precision"]
+        accuracy, source = comp_meta["accuracy"], "pytorch"  # float32: verified same function
+        if precision != "float32":
+            accuracy, source = measured.get("accuracy"), point.tuning.name
+        verification = measured["verification"]
+        fp32 = measured.get("fp32_agreement", {})
+        row.update(
+            accuracy=accuracy,
+            accuracy_source=source if accuracy is not None else None,
+            ort_accuracy=comp_meta.get("ort_accuracy"),
+            dense_accuracy=train_meta["accuracy"],
+            precision=precision,
+            compression_ratio=_ratio(comp_meta["info"]),
+            params=comp_meta["params"], nonzero_params=comp_meta["nonzero_params"],
+            macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
+            size_bytes=comp_meta["size_bytes"],
+            train_history=train_meta.get("history"),
+            compression_info=comp_meta["info"],
+            runtime_info=measured.get("runtime_info"),
+            threads=measured.get("threads"),
+            verified=int(verification["passed"]),
+            verification_reference=verification.get("reference", "pytorch"),
+            max_abs_diff=verification["max_abs_diff"],
+            top1_agreement=verification["top1_agreement"],
+            fp32_max_abs_diff=fp32.get("max_abs_diff"),
+            fp32_top1_agreement=fp32.get("top1_agreement"),
+        )
+        if not verification["passed"]:
+            row.update(status="verification_failed", error_stage="baseline",
+                       error=measured["error"])
+            return row
+        row.update(status="ok", **latency_columns(measured["samples_ms"],
+                                                  point.budgets.cv_threshold))
+        return row
 
     # -- a point -----------------------------------------------------------------------
 
@@ -423,12 +559,20 @@ class Runner:
             row.update(status="not_runnable", error=point.blocked)
             return row
         keys = stages.stage_keys(point)
+        if point.is_baseline:
+            return self._baseline_row(point, keys, row)
         before = dict(self.report.seconds)
         try:
             _, train_meta = self._train(point, keys)
             comp_meta = self._compress(point, keys).meta
             import_meta = self._import(point, keys).meta
             _, compile_meta = self._compile(point, keys)
+            unmeasurable = stages.resolve_target(point).unmeasurable
+            if unmeasurable:  # compiled and cached; nothing here can run it
+                row.update(status="not_runnable", error_stage="measure", error=unmeasurable,
+                           compile_s=compile_meta["compile_s"],
+                           tuning_s=compile_meta["tuning_s"], **_tuning_columns(compile_meta))
+                return row
             measured = self._measure(point, keys)
         except StageFailed as failure:
             row.update(status="failed", error_stage=failure.stage,
@@ -457,6 +601,7 @@ class Runner:
             macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
             size_bytes=comp_meta["size_bytes"],
             compile_s=compile_meta["compile_s"], tuning_s=compile_meta["tuning_s"],
+            **_tuning_columns(compile_meta),
             conv_fallbacks=import_meta["precision_fallbacks"] + compile_meta["fallbacks"],
             train_history=train_meta.get("history"),
             compression_info=comp_meta["info"],
@@ -472,16 +617,8 @@ class Runner:
             row.update(status="verification_failed", error_stage="measure",
                        error=measured["error"])
             return row
-        samples = np.asarray(measured["samples_ms"])
-        row.update(
-            status="ok",
-            latency_median_ms=float(np.median(samples)),
-            latency_mean_ms=float(samples.mean()),
-            latency_std_ms=float(samples.std()),
-            latency_min_ms=float(samples.min()),
-            latency_max_ms=float(samples.max()),
-            latency_samples_ms=samples.tolist(),
-        )
+        row.update(status="ok", **latency_columns(measured["samples_ms"],
+                                                  point.budgets.cv_threshold))
         return row
 
     # -- a sweep -----------------------------------------------------------------------
@@ -562,6 +699,16 @@ def precision_fallbacks(dtypes: list[tuple[str, str, str]], precision: str) -> l
             for i, d in enumerate(dtypes) if d[0] not in expected]
 
 
+def _tuning_columns(compile_meta: dict[str, Any]) -> dict[str, Any]:
+    """What tuning did for a point: trials measured, tasks tuned vs reused from the
+    target's database, and the per-task report."""
+    tuning = compile_meta.get("tuning")
+    if not tuning:
+        return {}
+    return {"tuning_trials": tuning["trials"], "tasks_tuned": tuning["tuned"],
+            "tasks_reused": tuning["reused"], "tuning_report": tuning}
+
+
 def _ratio(info: dict[str, Any]) -> float | None:
     value = info.get("compression_ratio")
     return None if value is None else float(value)
@@ -578,7 +725,7 @@ def _float16_size(model: Any) -> int:
     return buffer.getbuffer().nbytes
 
 
-def _vm_accuracy(vm: Any, dataset: Any, batch_size: int = 256) -> float:
+def _vm_accuracy(vm: Any, dataset: Any, batch_size: int = 256, device: Any = None) -> float:
     """Top-1 accuracy of a compiled (batch-1) module over a dataset."""
     import torch
     from torch.utils.data import DataLoader
@@ -587,7 +734,7 @@ def _vm_accuracy(vm: Any, dataset: Any, batch_size: int = 256) -> float:
 
     correct = seen = 0
     for x, y in DataLoader(dataset, batch_size=batch_size, num_workers=0):
-        logits = run_batch(vm, x.numpy())
+        logits = run_batch(vm, x.numpy(), device=device)
         correct += int((logits.argmax(axis=1) == torch.as_tensor(y).numpy()).sum())
         seen += len(y)
     if seen == 0:

@@ -2,6 +2,8 @@
 
 data -> train -> compress -> import (to TVM Relax, with the PyTorch reference outputs)
 -> compile (algorithm + tuning + target) -> measure (verify, then time) -> record.
+A baseline point (PyTorch, ONNX Runtime) replaces compile and measure with one `baseline`
+stage: run the compressed model in that runtime, verify it, time it.
 
 Each key hashes exactly the inputs that stage's output depends on: the upstream key, the
 option (name, version, params) and the budgets it reads. Shared prefixes of points hence
@@ -21,14 +23,15 @@ from dlas.results.environment import machine_fingerprint
 from dlas.sweep.grid import Point, canonical_json, digest
 from dlas.targets.base import TargetSpec
 
-STAGES = ("data", "train", "compress", "import", "compile", "measure")
+STAGES = ("data", "train", "compress", "import", "compile", "measure", "baseline")
 
 #: Bump a stage's version when its own code changes what it produces.
 #: compress 2: precision/deployment (int8 ONNX), accuracy None when unavailable or measured
 #: later; import 2: float16/int8 imports, ONNX Runtime reference; import 3: convs outside
 #: the deployed precision noted; measure 2: per-precision verification, agreement with
 #: float32, accuracy of reduced-precision compiled models.
-STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 3, "compile": 1, "measure": 2}
+STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 3, "compile": 1, "measure": 2,
+                  "baseline": 1}
 
 #: Model-option tag: the option returns a ready (pretrained) model that is not trained.
 PRETRAINED_TAG = "pretrained"
@@ -74,10 +77,14 @@ class StageKeys:
     import_: str
     compile: str
     measure: str
+    #: Set for a baseline point, whose compile and measure keys are then "" (not run).
+    baseline: str = ""
 
     def items(self) -> list[tuple[str, str]]:
-        return list(zip(STAGES, (self.data, self.train, self.compress, self.import_,
-                                 self.compile, self.measure), strict=True))
+        """The stages this point runs, with their keys."""
+        pairs = zip(STAGES, (self.data, self.train, self.compress, self.import_,
+                             self.compile, self.measure, self.baseline), strict=True)
+        return [(stage, key) for stage, key in pairs if key]
 
 
 def _key(stage: str, **inputs: Any) -> str:
@@ -97,6 +104,12 @@ def stage_keys(point: Point) -> StageKeys:
                     batch_size=b.batch_size, finetune_lr=b.finetune_lr)
     import_ = _key("import", compress=compress, verify_samples=b.verify_samples)
     target = resolve_target(point)
+    if point.is_baseline:  # the imported model's reference outputs, the runtime, timing
+        baseline = _key("baseline", imported=import_, runtime=c["tuning"].identity(),
+                        target=c["targets"].identity(), threads=target.num_threads,
+                        repeat=b.measure_repeat, number=b.measure_number, warmup=b.warmup,
+                        machine=machine_fingerprint(), hardware=target.fingerprint)
+        return StageKeys(data, train, compress, import_, "", "", baseline)
     compile_ = _key("compile", imported=import_, algorithm=c["algorithms"].identity(),
                     tuning=c["tuning"].identity(), target=c["targets"].identity(),
                     tvm_target=target.tvm_target, tuning_trials=b.tuning_trials)

@@ -45,6 +45,10 @@ class Budgets(BaseModel):
     warmup: int = Field(1, ge=0, description="discarded warm-up runs")
     verify_samples: int = Field(16, ge=1, description="inputs compared against PyTorch")
     seed: int = Field(0, description="seed for data splits, init and training")
+    cv_threshold: float = Field(
+        0.05, ge=0, description="flag a point noisy when its timing samples' coefficient of "
+                                "variation (std/mean) exceeds this; read when the row is "
+                                "written, so no stage is recomputed when it changes")
 
 
 LAYER_DEFAULTS: dict[str, list[str]] = {
