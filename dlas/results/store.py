@@ -60,6 +60,12 @@ COLUMNS: dict[str, str] = {
     "threads": "INTEGER",
     "compile_s": "REAL",
     "tuning_s": "REAL",
+    #: Trials MetaSchedule measured for this point; tasks tuned now vs reused from the
+    #: target's tuning database; the per-task report (JSON).
+    "tuning_trials": "INTEGER",
+    "tasks_tuned": "INTEGER",
+    "tasks_reused": "INTEGER",
+    "tuning_report": "TEXT",
     "params": "INTEGER",
     "nonzero_params": "INTEGER",
     "macs": "INTEGER",
@@ -95,7 +101,8 @@ SUMMARY_COLUMNS = [
     "max_abs_diff", "compile_s", "error",
 ]
 
-JSON_COLUMNS = {"latency_samples_ms", "conv_fallbacks", "train_history", "compression_info",
+JSON_COLUMNS = {"latency_samples_ms", "tuning_report",
+                "conv_fallbacks", "train_history", "compression_info",
                 "stage_seconds", "config", "environment", "runtime_info"}
 
 

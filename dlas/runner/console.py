@@ -108,6 +108,9 @@ class RunConsole:
             detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
                       f"{_accuracy(row, 'accuracy')}{source}, max |diff| vs {reference} "
                       f"{row['max_abs_diff']:.2e}")
+            if row.get("tuning_report"):
+                detail += (f", tuning: {row['tasks_tuned']} tasks tuned "
+                           f"({row['tuning_trials']} trials), {row['tasks_reused']} reused")
             if noise_mark(row):
                 detail += f", [yellow]{noise_mark(row)}[/]"
         elif row.get("error"):

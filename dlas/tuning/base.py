@@ -6,6 +6,9 @@ looks its database up by, unscheduled PrimFuncs) and returns it with the functio
 scheduled; every PrimFunc it leaves unchanged (and not marked `tirx.is_scheduled`) then
 gets the algorithms' minimal thread-parallel schedules. `None` means the untuned
 baseline: those minimal schedules everywhere, as the paper's untuned points.
+
+A hook may carry a `report` attribute with a `summary()` dict (tasks tuned, reused,
+trials, seconds); the runner stores it with the point.
 """
 
 from __future__ import annotations
@@ -29,3 +32,5 @@ class TuningContext:
     #: Persistent per-workspace directory (e.g. a tuning database shared by sweeps).
     work_dir: Path
     progress: bool = True
+    #: Where a hook reports progress lines (the runner's console).
+    say: Callable[[str], None] | None = None

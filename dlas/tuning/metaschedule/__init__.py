@@ -1,0 +1,1 @@
+"""Tuning-layer options: metaschedule (see options.py)."""

@@ -1,0 +1,133 @@
+"""How MetaSchedule measures candidates: builder, runner (local or a board over RPC),
+the model's real CSR arrays as arguments, early stopping and progress."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from dlas.targets.base import TargetSpec
+
+
+class RealArguments:
+    """`f_alloc_argument` for the runner: random tensors, except the arguments whose real
+    values are given (a CSR kernel's data/indices/indptr), which are copied in.
+
+    Pickled into MetaSchedule's runner worker (local) or called with an RPC session
+    (remote); both signatures end in (device, args_info, alloc_repeat).
+    """
+
+    def __init__(self, values: dict[int, np.ndarray]) -> None:
+        self.values = values
+
+    def __call__(self, *args: Any) -> list[list[Any]]:
+        from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
+        from tvm_ffi import get_global_func
+
+        device, args_info, alloc_repeat = args[-3:]
+        session = args[0] if len(args) == 4 else None
+        name = "tvm.contrib.random.random_fill_for_measure"
+        fill = session.get_function(name) if session is not None else get_global_func(
+            name, allow_missing=True)
+        repeated = alloc_argument_common(fill, device, args_info, alloc_repeat)
+        for arguments in repeated:
+            for index, value in self.values.items():
+                arguments[index].copyfrom(np.ascontiguousarray(value))
+        return repeated
+
+
+@dataclass
+class Timeouts:
+    #: One candidate's build (LLVM on a slow 2-core machine takes tens of seconds).
+    builder_s: float
+    #: One candidate's measurement, including loading it.
+    runner_s: float
+
+
+def make_builder(timeouts: Timeouts, workers: int) -> ms.builder.Builder:
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeouts.builder_s)
+
+
+def make_runner(target: TargetSpec, timeouts: Timeouts, values: dict[int, np.ndarray],
+                repeat: int, number: int) -> ms.runner.Runner:
+    """A runner on this machine, or on the target's board through its RPC tracker."""
+    evaluator = ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=50,
+                                          enable_cpu_cache_flush=False)
+    alloc = RealArguments(values) if values else None
+    if target.rpc is not None:
+        rpc = ms.runner.RPCConfig(tracker_host=target.rpc.host, tracker_port=target.rpc.port,
+                                  tracker_key=target.rpc.key, session_priority=1,
+                                  session_timeout_sec=int(max(timeouts.runner_s, 10)))
+        return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=evaluator,
+                                   max_workers=1, f_alloc_argument=alloc)
+    return ms.runner.LocalRunner(timeout_sec=timeouts.runner_s, evaluator_config=evaluator,
+                                 f_alloc_argument=alloc)
+
+
+@dataclass
+class TaskProgress:
+    """What the callback saw of one task (a single task is tuned per MetaSchedule run)."""
+
+    trials: int = 0
+    errors: int = 0
+    best_us: float | None = None
+    since_best: int = 0
+    stopped_early: bool = False
+    last_error: str = ""
+    started: float = field(default_factory=time.perf_counter)
+
+    def record(self, seconds: list[float | None], patience: int | None,
+               error: str = "") -> bool:
+        """Count measured candidates (mean seconds, None for one that failed); return
+        True when `patience` trials in a row brought no better candidate."""
+        for secs in seconds:
+            self.trials += 1
+            if secs is None:
+                self.errors += 1
+                self.last_error = error or self.last_error
+                self.since_best += 1
+            elif self.best_us is None or secs * 1e6 < self.best_us:
+                self.best_us, self.since_best = secs * 1e6, 0
+            else:
+                self.since_best += 1
+        return patience is not None and self.since_best >= patience
+
+
+@derived_object
+class EarlyStopping(PyMeasureCallback):
+    """Ends a task after `patience` measured trials without a better candidate (the
+    paper's "stop after 1,000 trials without improvement"; MetaSchedule has no such
+    switch), and reports progress after every batch."""
+
+    def __init__(self, patience: int | None, progress: TaskProgress,
+                 report: Callable[[TaskProgress], None] | None = None) -> None:
+        super().__init__()
+        self.patience = patience
+        self.progress = progress
+        self.report = report
+
+    def apply(self, task_scheduler: ms.TaskScheduler, task_id: int, measure_candidates: Any,
+              builder_results: Any, runner_results: Any) -> None:
+        p = self.progress
+        seconds: list[float | None] = []
+        error = ""
+        for built, ran in zip(builder_results, runner_results, strict=True):
+            failed = built.error_msg or ran.error_msg
+            if failed or not ran.run_secs:
+                seconds.append(None)
+                error = str(failed or "no timing")[:2000]
+                continue
+            secs = [float(s) for s in ran.run_secs]
+            seconds.append(sum(secs) / len(secs))
+        if p.record(seconds, self.patience, error) and not p.stopped_early:
+            p.stopped_early = True
+            task_scheduler.terminate_task(task_id)
+        if self.report is not None:
+            self.report(p)

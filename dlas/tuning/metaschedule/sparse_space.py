@@ -1,0 +1,98 @@
+"""Sparse sketch rules: MetaSchedule's search space for the CSR convolutions.
+
+MetaSchedule's default space rejects a CSR kernel: the loop over a row's non-zeros has a
+data-dependent extent (`indptr[r + 1] - indptr[r]`), which its `DisallowDynamicLoop`
+postprocessor refuses and its multi-level tiling cannot split. The DLAS paper tuned sparse
+code with custom sketch rules; this is ours. It keeps each algorithm's own schedule for
+its packing/im2col stages and the fused epilogue (the minimal schedule), and turns the
+row nest of every CSR kernel into a space with three sampled decisions:
+
+* **output blocking**: the first spatial loop under the data-dependent loop is split
+  (`sample_perfect_tile`) and its outer part moved outside the loop over non-zeros, so
+  a tile of the output stays in cache while all of the row's weights stream past it
+  (factor 1 keeps the untuned order, the full extent puts each output row outermost);
+* **vector length**: the innermost spatial loop is split by a sampled factor whose
+  inner part is vectorized;
+* **unrolling**: `sample_categorical` over explicit-unroll depths for the nest.
+
+MetaSchedule's evolutionary search mutates these decisions (`MutateTileSize`,
+`MutateUnroll`) and its cost model ranks them like any other candidate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from dlas.algorithms.schedule_util import CSR_ROW_RULE, csr_update_loops, parallel_outer
+from dlas.compiler.minimal_schedule import (
+    ConvScheduler,
+    const_extent,
+    root_block,
+    schedule_blocks,
+    vector_lanes,
+)
+
+#: Explicit-unroll depths the space samples from (0 = no unrolling), as MetaSchedule's
+#: own CPU rule (`ParallelizeVectorizeUnroll`) offers.
+UNROLL_DEPTHS = (0, 16, 64, 512)
+#: Longest vector loop the space offers (in lanes of 32-bit values: 4 AVX-512 registers).
+MAX_VECTOR = 64
+
+
+def sampled_csr_rows(vector_bits: int):
+    """A `CSRRowRule` that samples blocking, vector length and unrolling (see module doc)."""
+
+    def rule(sch: s_tir.Schedule, row: SBlockRV, dtype: str, vector_loops: int) -> LoopRV:
+        outer = parallel_outer(sch, sch.get_loops(row))
+        update, loops, j = csr_update_loops(sch, row)
+        reduction = loops[j]
+        spatial = loops[j + 1:]
+        if len(spatial) >= 2 and (const_extent(sch, spatial[0]) or 1) > 1:
+            extent = const_extent(sch, spatial[0])
+            factors = sch.sample_perfect_tile(spatial[0], n=2, max_innermost_factor=extent)
+            block_outer, block_inner = sch.split(spatial[0], factors=factors)
+            sch.reorder(block_outer, reduction)
+            spatial = [block_inner, *spatial[1:]]
+        innermost = spatial[-1] if spatial else None
+        extent = const_extent(sch, innermost) if innermost is not None else None
+        if extent is not None and extent >= 2:
+            limit = min(extent, max(MAX_VECTOR, vector_lanes(vector_bits, dtype)))
+            factors = sch.sample_perfect_tile(innermost, n=2, max_innermost_factor=limit)
+            _, lanes = sch.split(innermost, factors=factors)
+            sch.vectorize(lanes)
+            init = sch.decompose_reduction(update, reduction)
+            sch.vectorize(sch.get_loops(init)[-1])
+        depth = sch.sample_categorical(
+            candidates=list(UNROLL_DEPTHS), probs=[1.0 / len(UNROLL_DEPTHS)] * len(UNROLL_DEPTHS))
+        sch.annotate(root_block(sch), "meta_schedule.unroll_explicit", depth)
+        return outer
+
+    return rule
+
+
+def csr_space(
+    schedulers: Mapping[str, ConvScheduler], target: tvm.target.Target, vector_bits: int
+) -> ms.space_generator.ScheduleFn:
+    """The search space of a task holding CSR kernels (and whatever is fused with them)."""
+
+    def apply(sch: s_tir.Schedule) -> None:
+        token = CSR_ROW_RULE.set(sampled_csr_rows(vector_bits))
+        try:
+            with target:
+                schedule_blocks(sch, dict(schedulers), vector_bits)
+        finally:
+            CSR_ROW_RULE.reset(token)
+
+    return ms.space_generator.ScheduleFn(
+        apply,
+        sch_rules=[],
+        # Turns the sampled unroll depth into loop pragmas; the dynamic loop is left
+        # alone (no DisallowDynamicLoop, which is what rejects CSR in the default space).
+        postprocs=[ms.postproc.RewriteParallelVectorizeUnroll()],
+        mutator_probs={ms.mutator.MutateTileSize(): 0.8, ms.mutator.MutateUnroll(): 0.2},
+    )

@@ -1,0 +1,221 @@
+"""Tune a model's tasks with MetaSchedule and apply the best schedules (the compile hook).
+
+Tasks are tuned one at a time, most expensive first (FLOPs x calls), each with its own
+MetaSchedule run. That is what lets a task have its own search space (the sparse one for
+CSR kernels), its own runner arguments (the model's real CSR arrays), its own early
+stop, resumable bookkeeping and progress line. The total budget is spent in that order:
+a task left without trials keeps the algorithm's minimal schedule, and the report says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tvm
+from tvm import relax
+from tvm.s_tir import meta_schedule as ms
+
+from dlas import registry
+from dlas.compiler.minimal_schedule import ConvScheduler
+from dlas.targets.base import TargetSpec
+from dlas.tuning.metaschedule.database import TuningDatabase
+from dlas.tuning.metaschedule.measure import (
+    EarlyStopping,
+    TaskProgress,
+    Timeouts,
+    make_builder,
+    make_runner,
+)
+from dlas.tuning.metaschedule.sparse_space import csr_space
+from dlas.tuning.metaschedule.tasks import Task, extract
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TuningSettings:
+    trials: int
+    trials_per_task: int
+    early_stopping: int | None
+    trials_per_iter: int
+    timeouts: Timeouts
+    cost_model: str
+    population: int
+    seed: int
+    builder_workers: int
+    runner_repeat: int = 1
+    runner_number: int = 3
+
+
+@dataclass
+class TaskReport:
+    task: str
+    kind: str  # "dense" or "sparse"
+    #: "tuned", "reused", "untuned" (no budget left), "failed" (no valid candidate).
+    outcome: str
+    trials: int = 0
+    best_us: float | None = None
+    seconds: float = 0.0
+    ended_by: str = ""
+    note: str = ""
+
+
+@dataclass
+class TuningReport:
+    database: str
+    tasks: list[TaskReport] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, outcome: str) -> int:
+        return sum(t.outcome == outcome for t in self.tasks)
+
+    @property
+    def trials(self) -> int:
+        """Trials measured by this run (reused tasks cost none)."""
+        return sum(t.trials for t in self.tasks if t.outcome != "reused")
+
+    def summary(self) -> dict[str, Any]:
+        return {"database": self.database, "seconds": self.seconds, "trials": self.trials,
+                "tasks": len(self.tasks), "tuned": self.count("tuned"),
+                "reused": self.count("reused"), "untuned": self.count("untuned"),
+                "failed": self.count("failed"),
+                "per_task": [asdict(t) for t in self.tasks]}
+
+
+def _flops(task: Task) -> float:
+    try:
+        return float(ms._ffi_api.ExtractedTaskFlops(task.mod))  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - FLOP estimation fails on data-dependent loops
+        return 0.0
+
+
+def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
+    """Each named conv algorithm's schedule (with default parameters)."""
+    out: dict[str, ConvScheduler] = {}
+    for name in names:
+        option = registry.get("algorithms", name)
+        out[name] = option.fn(option.parse_params({})).schedule
+    return out
+
+
+def _vector_bits(target: tvm.target.Target) -> int:
+    from tvm.target.codegen import llvm_get_vector_width
+
+    from dlas.algorithms.schedule_util import DEFAULT_VECTOR_BITS
+
+    if target.kind.name != "llvm":
+        return DEFAULT_VECTOR_BITS
+    bits = llvm_get_vector_width(target)
+    return bits if bits > 0 else DEFAULT_VECTOR_BITS
+
+
+def _quiet_metaschedule() -> None:
+    """MetaSchedule logs a full task table at INFO after every batch; ours is one line."""
+    for name in ("tvm.s_tir.meta_schedule", "tvm.meta_schedule"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class MetaScheduleHook:
+    """The compile hook: tune what the database lacks, then apply its best schedules."""
+
+    def __init__(self, settings: TuningSettings, target: TargetSpec, db_dir: Path,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self.target = target
+        self.db_dir = db_dir
+        self.say = say or (lambda line: log.info("%s", line))
+        self.report = TuningReport(database=str(db_dir))
+
+    def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+        _quiet_metaschedule()
+        start = time.perf_counter()
+        db = TuningDatabase(self.db_dir)
+        tasks = sorted(extract(mod, target), key=lambda t: -_flops(t) * t.weight)
+        budget = self.settings.trials
+        for i, task in enumerate(tasks, 1):
+            kind = "sparse" if task.has_dynamic_loops else "dense"
+            wanted = min(self.settings.trials_per_task, budget)
+            need = db.needs(task.mod, task.name, self.settings.trials_per_task)
+            if need == 0:
+                entry = db.entry(task.mod, task.name)
+                self.report.tasks.append(TaskReport(
+                    task.name, kind, "reused", trials=entry.trials, best_us=entry.best_us,
+                    ended_by=entry.ended_by))
+                continue
+            need = min(need, wanted)
+            if need <= 0:
+                self.report.tasks.append(TaskReport(
+                    task.name, kind, "untuned", note="total trial budget spent on larger tasks"))
+                continue
+            prefix = f"tuning task {i}/{len(tasks)} {task.name} ({kind})"
+            self.report.tasks.append(self._tune_task(db, task, kind, need, target, prefix))
+            budget -= self.report.tasks[-1].trials
+        with target, tvm.transform.PassContext(opt_level=3):
+            tuned = relax.transform.MetaScheduleApplyDatabase(str(self.db_dir))(mod)
+        self.report.seconds = time.perf_counter() - start
+        self.say(f"tuning: {self.report.count('tuned')} tasks tuned, "
+                 f"{self.report.count('reused')} reused from {self.db_dir.name}, "
+                 f"{self.report.count('untuned')} untuned, {self.report.trials} trials, "
+                 f"{self.report.seconds:.0f}s")
+        return tuned
+
+    def _tune_task(self, db: TuningDatabase, task: Task, kind: str, trials: int,
+                   target: tvm.target.Target, prefix: str) -> TaskReport:
+        s = self.settings
+        entry = db.entry(task.mod, task.name)
+        progress = TaskProgress()
+
+        def report(p: TaskProgress) -> None:
+            best = f"{p.best_us:.1f} us" if p.best_us is not None else "none yet"
+            self.say(f"{prefix}: {p.trials}/{trials} trials, best {best}"
+                     + (f", {p.errors} failed" if p.errors else ""))
+
+        space: Any = "post-order-apply"
+        if kind == "sparse":
+            space = csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
+        strategy = ms.search_strategy.EvolutionarySearch(
+            population_size=s.population, init_min_unmeasured=min(50, s.population))
+        with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
+            ctx = ms.TuneContext(mod=task.mod, target=target, space_generator=space,
+                                 search_strategy=strategy, task_name=task.name,
+                                 rand_state=s.seed, num_threads=s.builder_workers,
+                                 logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
+            callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
+                         EarlyStopping(s.early_stopping, progress, report)]
+            try:
+                ms.tune_tasks(
+                    tasks=[ctx], task_weights=[1.0], work_dir=work,
+                    max_trials_global=trials, max_trials_per_task=trials,
+                    num_trials_per_iter=min(s.trials_per_iter, trials),
+                    builder=make_builder(s.timeouts, s.builder_workers),
+                    runner=make_runner(self.target, s.timeouts, task.index_constants(),
+                                       s.runner_repeat, s.runner_number),
+                    database=db.database, cost_model=s.cost_model,
+                    measure_callbacks=callbacks, task_scheduler="round-robin")
+            except KeyboardInterrupt:
+                entry.trials = max(entry.trials, db.measured_trials(task.mod))
+                db.save()
+                raise
+        seconds = time.perf_counter() - progress.started
+        ended_by = ("early_stop" if progress.stopped_early else
+                    "budget" if progress.trials >= trials else "space_exhausted")
+        entry.trials = max(entry.trials + progress.trials, db.measured_trials(task.mod))
+        entry.requested = max(entry.requested, s.trials_per_task)
+        entry.complete, entry.ended_by = True, ended_by
+        entry.best_us = db.best_us(task.mod)
+        entry.tuning_s += seconds
+        db.save()
+        if entry.best_us is None:
+            note = f"no candidate built and ran: {progress.last_error}".strip()
+            entry.complete = False
+            db.save()
+            return TaskReport(task.name, kind, "failed", trials=progress.trials,
+                              seconds=seconds, ended_by=ended_by, note=note)
+        return TaskReport(task.name, kind, "tuned", trials=progress.trials,
+                          best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
