@@ -34,6 +34,9 @@ class MetaScheduleParams(BaseModel):
         "xgb", description="how candidates are ranked before measuring")
     population: int = Field(512, ge=8, description="evolutionary search population")
     seed: int = Field(0, description="search seed")
+    tasks: Literal["all", "convs"] = Field(
+        "all", description="tune every fused function, or only those holding a conv (the "
+        "rest keep their minimal schedule; much cheaper on small machines)")
 
 
 def tuning_possible(point: Point) -> str | None:
@@ -74,6 +77,7 @@ def metaschedule(params: MetaScheduleParams, ctx: TuningContext) -> ScheduleHook
         population=params.population,
         seed=params.seed,
         builder_workers=max(1, len(os.sched_getaffinity(0))),
+        only_convs=params.tasks == "convs",
     )
     return MetaScheduleHook(settings, ctx.target, database_dir(ctx.work_dir, ctx.target),
                             say=ctx.say)

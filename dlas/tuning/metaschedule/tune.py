@@ -49,6 +49,8 @@ class TuningSettings:
     population: int
     seed: int
     builder_workers: int
+    #: Tune only tasks holding a conv; the others keep their minimal schedule.
+    only_convs: bool = False
     runner_repeat: int = 1
     runner_number: int = 3
 
@@ -140,22 +142,28 @@ class MetaScheduleHook:
         budget = self.settings.trials
         for i, task in enumerate(tasks, 1):
             kind = "sparse" if task.has_dynamic_loops else "dense"
+            if self.settings.only_convs and not task.algorithms:
+                self.report.tasks.append(TaskReport(
+                    task.name, kind, "untuned", note="not a conv (tasks: convs)"))
+                continue
             wanted = min(self.settings.trials_per_task, budget)
-            need = db.needs(task.mod, task.name, self.settings.trials_per_task)
+            need = db.needs(task.mod, task.name, wanted)
+            if wanted <= 0:
+                self.report.tasks.append(TaskReport(
+                    task.name, kind, "untuned", note="total trial budget spent on larger tasks"))
+                continue
+            # The budget is charged what a task is allotted, tuned now or earlier, so a
+            # point gets the same allocation whatever the database already holds.
+            budget -= wanted
             if need == 0:
                 entry = db.entry(task.mod, task.name)
                 self.report.tasks.append(TaskReport(
                     task.name, kind, "reused", trials=entry.trials, best_us=entry.best_us,
                     ended_by=entry.ended_by))
                 continue
-            need = min(need, wanted)
-            if need <= 0:
-                self.report.tasks.append(TaskReport(
-                    task.name, kind, "untuned", note="total trial budget spent on larger tasks"))
-                continue
             prefix = f"tuning task {i}/{len(tasks)} {task.name} ({kind})"
-            self.report.tasks.append(self._tune_task(db, task, kind, need, target, prefix))
-            budget -= self.report.tasks[-1].trials
+            self.report.tasks.append(
+                self._tune_task(db, task, kind, need, wanted, target, prefix))
         with target, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase(str(self.db_dir))(mod)
         self.report.seconds = time.perf_counter() - start
@@ -166,7 +174,8 @@ class MetaScheduleHook:
         return tuned
 
     def _tune_task(self, db: TuningDatabase, task: Task, kind: str, trials: int,
-                   target: tvm.target.Target, prefix: str) -> TaskReport:
+                   requested: int, target: tvm.target.Target, prefix: str) -> TaskReport:
+        """Run `trials` more trials of `task`, toward `requested` in all."""
         s = self.settings
         entry = db.entry(task.mod, task.name)
         progress = TaskProgress()
@@ -206,7 +215,7 @@ class MetaScheduleHook:
         ended_by = ("early_stop" if progress.stopped_early else
                     "budget" if progress.trials >= trials else "space_exhausted")
         entry.trials = max(entry.trials + progress.trials, db.measured_trials(task.mod))
-        entry.requested = max(entry.requested, s.trials_per_task)
+        entry.requested = max(entry.requested, requested)
         entry.complete, entry.ended_by = True, ended_by
         entry.best_us = db.best_us(task.mod)
         entry.tuning_s += seconds
