@@ -54,10 +54,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dlas.sweep.grid import expand
 
     config = load_config(args.config)
-    points = expand(config)
+    excluded: list = []
+    points = expand(config, excluded)
     ws = _workspace(args)
     cache = Cache(ws.cache_dir)
-    table = Table(title=f"sweep '{config.name}': {len(points)} points", title_justify="left")
+    left_out = f" ({len(excluded)} more left out by its exclude rules)" if excluded else ""
+    table = Table(title=f"sweep '{config.name}': {len(points)} points{left_out}",
+                  title_justify="left")
     for col in ("#", *registry.LAYERS, "cached stages / status"):
         table.add_column(col, overflow="fold")
     runnable = 0

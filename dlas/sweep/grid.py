@@ -145,11 +145,13 @@ def runtime_choice(tuning: Choice) -> Choice:
     return Choice(_runtime_option(tuning.name), registry.NoParams())
 
 
-def expand(config: SweepConfig) -> list[Point]:
+def expand(config: SweepConfig, excluded: list[Point] | None = None) -> list[Point]:
     """All points of the sweep, in layer order; blocked ones carry their reason.
 
     Points of a baseline tuning choice take `runtime_choice` on the algorithms axis and
-    appear once, where their first algorithm would have been."""
+    appear once, where their first algorithm would have been. Points the sweep's own
+    `exclude` rules remove are left out (the user asked for that; listing them would
+    bury the points that cannot run for a reason); pass `excluded` to collect them."""
     per_layer: list[list[Choice]] = []
     for layer in registry.LAYERS:
         choices = []
@@ -174,6 +176,10 @@ def expand(config: SweepConfig) -> list[Point]:
             if _matches(rule, choices):
                 point.blocked = f"excluded by the sweep's exclude rule #{i + 1} ({rule})"
                 break
+        if point.blocked is not None:
+            if excluded is not None:
+                excluded.append(point)
+            continue
         if point.blocked is None:
             for choice in combo:
                 reason = choice.option.cannot_run(point)
