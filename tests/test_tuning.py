@@ -23,7 +23,7 @@ from dlas.tuning.base import TuningContext
 from dlas.tuning.metaschedule.database import TuningDatabase, database_dir
 from dlas.tuning.metaschedule.measure import RealArguments, TaskProgress
 from dlas.tuning.metaschedule.options import MetaScheduleParams, metaschedule
-from tests.rpc_fixtures import RPCBoard, rpc_board  # noqa: F401
+from tests.rpc_fixtures import RPCBoard, free_port, rpc_board  # noqa: F401
 
 SHAPE = (1, 8, 12, 12)
 
@@ -172,3 +172,14 @@ def test_tuning_through_a_loopback_rpc_board(rpc_board: RPCBoard,  # noqa: F811
     assert sparse.outcome == "tuned" and sparse.best_us > 0, hook.report.summary()
     assert Path(hook.report.database).name.startswith("remote-")
     _check_outputs(model, result.executable_path)
+
+
+def test_unreachable_tracker_fails_before_tuning(tmp_path: Path) -> None:
+    from dlas.measure.session import TrackerUnreachable
+
+    imp = import_torch_model(_model(), SHAPE)
+    port = free_port()
+    spec = TargetSpec(name="remote", tvm_target=host_target(1), num_threads=1,
+                      rpc=RPCTracker("127.0.0.1", port, "nobody", request_timeout_s=5))
+    with pytest.raises(TrackerUnreachable, match=f"127.0.0.1:{port}"):
+        _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", target=spec)

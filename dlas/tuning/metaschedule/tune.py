@@ -137,6 +137,8 @@ class MetaScheduleHook:
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
         _quiet_metaschedule()
         start = time.perf_counter()
+        if self.target.rpc is not None:
+            self._check_board()
         db = TuningDatabase(self.db_dir)
         tasks = sorted(extract(mod, target), key=lambda t: -_flops(t) * t.weight)
         budget = self.settings.trials
@@ -172,6 +174,14 @@ class MetaScheduleHook:
                  f"{self.report.count('untuned')} untuned, {self.report.trials} trials, "
                  f"{self.report.seconds:.0f}s")
         return tuned
+
+    def _check_board(self) -> None:
+        """Fail the point with the tracker's own story (unreachable, no free board) before
+        tuning, rather than as a failed build/run for every candidate."""
+        from dlas.measure.session import request_session
+
+        session = request_session(self.target.rpc)
+        del session  # closes it: the runner opens its own per candidate batch
 
     def _tune_task(self, db: TuningDatabase, task: Task, kind: str, trials: int,
                    requested: int, target: tvm.target.Target, prefix: str) -> TaskReport:
