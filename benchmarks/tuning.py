@@ -12,11 +12,13 @@ finds every task in the database (the "reused" column) and re-tunes nothing, so 
 latencies can be taken on an idle machine.
 
     python benchmarks/tuning.py [--models resnet18 mobilenetv2] [--trials-per-task 64]
+        [--csr gemm_csr --sparsity 0.95]   # also CSR algorithms on the pruned model
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import sys
@@ -31,6 +33,7 @@ from untuned_direct import time_onnxruntime, time_torch  # noqa: E402
 from dlas import registry  # noqa: E402
 from dlas.compiler.build import compile_model  # noqa: E402
 from dlas.compiler.relax_import import ImportedModel, import_torch_model  # noqa: E402
+from dlas.compression.pruning import make_permanent, prune_weights_global_l1  # noqa: E402
 from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm  # noqa: E402
 from dlas.measure.verify import verify_outputs  # noqa: E402
 from dlas.sweep.config import Budgets  # noqa: E402
@@ -59,7 +62,10 @@ def measure(imported: ImportedModel, x: torch.Tensor, ref, algorithm: str, targe
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2"])
-    parser.add_argument("--algorithms", nargs="+", default=DENSE)
+    parser.add_argument("--algorithms", nargs="*", default=DENSE)
+    parser.add_argument("--csr", nargs="*", default=[],
+                        help="CSR algorithms, run on the model pruned to --sparsity")
+    parser.add_argument("--sparsity", type=float, default=0.95)
     parser.add_argument("--width", type=float, default=1.0)
     parser.add_argument("--trials-per-task", type=int, default=64)
     parser.add_argument("--tasks", choices=["all", "convs"], default="convs")
@@ -90,17 +96,24 @@ def main() -> None:
                                 num_classes=10, input_shape=(3, 32, 32)).eval()
         x = torch.randn(1, 3, 32, 32)
         with torch.no_grad():
-            ref = model(x).numpy()
+            ref_dense = model(x).numpy()
         with tempfile.TemporaryDirectory() as tmp:
             ort_ms = statistics.median(
                 time_onnxruntime(model, x, args.repeat, args.threads, Path(tmp))[0]) * 1e3
         torch_ms = statistics.median(time_torch(model, x, args.repeat)) * 1e3
         print(f"{name:<12} {'ONNX Runtime':<20} {ort_ms:>8.3f}")
         print(f"{name:<12} {'PyTorch':<20} {torch_ms:>8.3f}", flush=True)
-        imported = import_torch_model(model, tuple(x.shape))
-        for algorithm in args.algorithms:
+        dense = import_torch_model(model, tuple(x.shape))
+        pruned = make_permanent(prune_weights_global_l1(copy.deepcopy(model), args.sparsity))
+        with torch.no_grad():
+            pruned_ref = pruned(x).numpy()
+        sparse = import_torch_model(pruned, tuple(x.shape)) if args.csr else None
+        for algorithm in args.algorithms + args.csr:
+            csr = algorithm in args.csr
+            imported, ref = (sparse, pruned_ref) if csr else (dense, ref_dense)
+            algorithm_label = f"{algorithm} {args.sparsity:.0%}" if csr else algorithm
             ms, _ = measure(imported, x, ref, algorithm, target, args.repeat)
-            print(f"{name:<12} {algorithm + ' untuned':<20} {ms:>8.3f} {ms / ort_ms:>6.1f}x "
+            print(f"{name:<12} {algorithm_label + ' untuned':<20} {ms:>8.3f} {ms / ort_ms:>6.1f}x "
                   f"{ms / torch_ms:>9.1f}x", flush=True)
             ctx = TuningContext(target=target, budgets=Budgets(), work_dir=args.workspace,
                                 say=lambda line: print(f"    {line}", file=sys.stderr,
@@ -108,7 +121,7 @@ def main() -> None:
             hook = metaschedule(params, ctx)
             ms, _ = measure(imported, x, ref, algorithm, target, args.repeat, hook=hook)
             report = hook.report
-            print(f"{name:<12} {algorithm + ' tuned':<20} {ms:>8.3f} {ms / ort_ms:>6.1f}x "
+            print(f"{name:<12} {algorithm_label + ' tuned':<20} {ms:>8.3f} {ms / ort_ms:>6.1f}x "
                   f"{ms / torch_ms:>9.1f}x {report.seconds:>9.0f} {report.trials:>7} "
                   f"{report.count('tuned'):>11} {report.count('reused'):>7}", flush=True)
 
