@@ -21,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 from tvm_ffi import structural_equal
 
-from dlas.algorithms.base import CONV_ALGORITHM_ATTR
+from dlas.algorithms.base import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
 from dlas.compiler.build import constant_value
 from dlas.compiler.minimal_schedule import const_extent, root_block
 
@@ -67,6 +67,13 @@ def _conv_algorithms(func: tirx.PrimFunc) -> set[str]:
     sch = s_tir.Schedule(func)
     return {str(sch.get(b).annotations[CONV_ALGORITHM_ATTR]) for b in _all_blocks(sch)
             if CONV_ALGORITHM_ATTR in sch.get(b).annotations}
+
+
+def conv_specs(mod: tvm.IRModule) -> list[ConvSpec]:
+    """The ConvSpecs of the conv blocks in a task."""
+    sch = s_tir.Schedule(mod)
+    return [ConvSpec.from_json(str(sch.get(b).annotations[CONV_SPEC_ATTR]))
+            for b in _all_blocks(sch) if CONV_SPEC_ATTR in sch.get(b).annotations]
 
 
 def _call_constants(mod: tvm.IRModule) -> dict[str, dict[int, np.ndarray]]:
