@@ -105,8 +105,11 @@ budgets: {epochs: 10, batch_size: 64, measure_repeat: 3, verify_samples: 2}
 """)
     cmd = [*DLAS, "run", str(config), "--no-progress", "--workspace", str(tmp_path / "ws")]
     env = _env(PYTHONPATH=str(REPO))
+    # A shell's background job starts with SIGINT ignored, and Python then never installs
+    # its Ctrl-C handler; give the child the default disposition, as a terminal would.
     proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     ckpts = tmp_path / "ws" / "cache" / "train"
     deadline = time.time() + 300
     while time.time() < deadline and not list(ckpts.glob("*.partial/*.ckpt")):
