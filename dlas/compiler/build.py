@@ -273,13 +273,17 @@ def apply_minimal_schedules(
 
 
 def relax_finalize_pipeline(target: Target) -> tvm.transform.Pass:
-    """The default CPU Relax pipeline minus dispatch/legalization/fusion (done already)."""
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
+    """The target's default Relax pipeline (CPU or CUDA) minus dispatch/legalization/fusion
+    (done already)."""
+    if target.kind.name == "cuda":
+        from tvm.relax.backend.cuda import pipeline as backend
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline as backend
 
     @tvm.transform.module_pass(opt_level=0, name="DlasRelaxFinalize")
     def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         with target:
-            passes = cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+            passes = backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
             return tvm.transform.Sequential(passes)(mod)
 
     return _pipeline

@@ -16,7 +16,7 @@ is not bound to `blockIdx`/`threadIdx` does not even compile, so the minimum is 
   row's non-zeros serially. Every other block of such a function gets its own kernel.
 
 The CUDA Relax pipeline differs from the CPU one only in `RewriteCUDAGraph`; its pieces
-are used by `gpu_relax_finalize_pipeline`.
+are used by `build.relax_finalize_pipeline`.
 
 CUDA code is compiled by TVM's `tvm_callback_cuda_compile`: NVRTC (needs the
 `cuda-bindings` package) or, with `TVM_CUDA_COMPILE_MODE=nvcc`, the `nvcc` on PATH.
@@ -37,9 +37,10 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from .build import SCHEDULED_ATTR, relax_finalize_pipeline
+
 log = logging.getLogger(__name__)
 
-SCHEDULED_ATTR = "tirx.is_scheduled"
 _COMPILE_MODE = "TVM_CUDA_COMPILE_MODE"
 
 
@@ -171,19 +172,6 @@ def apply_gpu_schedules(
     return mod, notes
 
 
-def gpu_relax_finalize_pipeline(target: Target) -> tvm.transform.Pass:
-    """The CUDA Relax pipeline minus dispatch/legalization/fusion (done already)."""
-    from tvm.relax.backend.cuda import pipeline as cuda
-
-    @tvm.transform.module_pass(opt_level=0, name="DlasRelaxFinalizeGPU")
-    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        with target:
-            passes = cuda.dataflow_lower_passes(target) + cuda.finalize_passes(target)
-            return tvm.transform.Sequential(passes)(mod)
-
-    return _pipeline
-
-
 def nvrtc_available() -> bool:
     return importlib.util.find_spec("cuda") is not None and (
         importlib.util.find_spec("cuda.bindings") is not None)
@@ -254,7 +242,7 @@ def build_gpu(mod: tvm.IRModule, target: Target,
     """
     mod, notes = apply_gpu_schedules(mod, target, skip=skip)
     executable = tvm.compile(mod, target=target,
-                             relax_pipeline=gpu_relax_finalize_pipeline(target))
+                             relax_pipeline=relax_finalize_pipeline(target))
     checked = check_device_code(executable, target)
     if shutil.which("nvcc") is None:
         notes.append(checked)  # worth seeing beside the point: nothing checked the kernels
