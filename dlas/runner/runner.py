@@ -507,33 +507,9 @@ class Runner:
             row.update(status="not_runnable", error_stage="baseline",
                        error=f"tuning '{point.tuning.name}': {measured['not_runnable']}")
             return row
-        precision = comp_meta["precision"]
-        accuracy, source = comp_meta["accuracy"], "pytorch"  # float32: verified same function
-        if precision != "float32":
-            accuracy, source = measured.get("accuracy"), point.tuning.name
         verification = measured["verification"]
-        fp32 = measured.get("fp32_agreement", {})
-        row.update(
-            accuracy=accuracy,
-            accuracy_source=source if accuracy is not None else None,
-            ort_accuracy=comp_meta.get("ort_accuracy"),
-            dense_accuracy=train_meta["accuracy"],
-            precision=precision,
-            compression_ratio=_ratio(comp_meta["info"]),
-            params=comp_meta["params"], nonzero_params=comp_meta["nonzero_params"],
-            macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
-            size_bytes=comp_meta["size_bytes"],
-            train_history=train_meta.get("history"),
-            compression_info=comp_meta["info"],
-            runtime_info=measured.get("runtime_info"),
-            threads=measured.get("threads"),
-            verified=int(verification["passed"]),
-            verification_reference=verification.get("reference", "pytorch"),
-            max_abs_diff=verification["max_abs_diff"],
-            top1_agreement=verification["top1_agreement"],
-            fp32_max_abs_diff=fp32.get("max_abs_diff"),
-            fp32_top1_agreement=fp32.get("top1_agreement"),
-        )
+        row.update(_measured_columns(comp_meta, train_meta, measured, point.tuning.name),
+                   runtime_info=measured.get("runtime_info"))
         if not verification["passed"]:
             row.update(status="verification_failed", error_stage="baseline",
                        error=measured["error"])
@@ -583,35 +559,11 @@ class Runner:
             row["stage_seconds"] = {s: self.report.seconds[s] - before.get(s, 0.0)
                                     for s in stages.STAGES}
         verification = measured["verification"]
-        precision = comp_meta["precision"]
-        # float32: PyTorch computes what TVM does (verified); reduced precision: only the
-        # compiled module computes the deployed function, so its accuracy is TVM's.
-        accuracy, source = comp_meta["accuracy"], "pytorch"
-        if precision != "float32":
-            accuracy, source = measured.get("accuracy"), "tvm"
-        fp32 = measured.get("fp32_agreement", {})
         row.update(
-            accuracy=accuracy,
-            accuracy_source=source if accuracy is not None else None,
-            ort_accuracy=comp_meta.get("ort_accuracy"),
-            dense_accuracy=train_meta["accuracy"],
-            precision=precision,
-            compression_ratio=_ratio(comp_meta["info"]),
-            params=comp_meta["params"], nonzero_params=comp_meta["nonzero_params"],
-            macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
-            size_bytes=comp_meta["size_bytes"],
+            _measured_columns(comp_meta, train_meta, measured, "tvm"),
             compile_s=compile_meta["compile_s"], tuning_s=compile_meta["tuning_s"],
             **_tuning_columns(compile_meta),
             conv_fallbacks=import_meta["precision_fallbacks"] + compile_meta["fallbacks"],
-            train_history=train_meta.get("history"),
-            compression_info=comp_meta["info"],
-            verified=int(verification["passed"]),
-            verification_reference=verification.get("reference", "pytorch"),
-            max_abs_diff=verification["max_abs_diff"],
-            threads=measured.get("threads"),
-            top1_agreement=verification["top1_agreement"],
-            fp32_max_abs_diff=fp32.get("max_abs_diff"),
-            fp32_top1_agreement=fp32.get("top1_agreement"),
         )
         if not verification["passed"]:
             row.update(status="verification_failed", error_stage="measure",
@@ -697,6 +649,43 @@ def precision_fallbacks(dtypes: list[tuple[str, str, str]], precision: str) -> l
     expected = _CONV_DATA_DTYPES[precision]
     return [f"conv {i} (data, weight, out) = {d}: not {precision}; runs in {d[0]}"
             for i, d in enumerate(dtypes) if d[0] not in expected]
+
+
+def _measured_columns(comp_meta: dict[str, Any], train_meta: dict[str, Any],
+                      measured: dict[str, Any], runtime: str) -> dict[str, Any]:
+    """The row columns every measured point has, TVM variant or baseline: the model's
+    facts, its accuracy and the verification of what `runtime` computed.
+
+    float32: PyTorch computes what the runtime does (verified), so its accuracy stands;
+    reduced precision: only the deployed runtime computes that function, so the
+    accuracy is the one measured there.
+    """
+    precision = comp_meta["precision"]
+    accuracy, source = comp_meta["accuracy"], "pytorch"
+    if precision != "float32":
+        accuracy, source = measured.get("accuracy"), runtime
+    verification = measured["verification"]
+    fp32 = measured.get("fp32_agreement", {})
+    return dict(
+        accuracy=accuracy,
+        accuracy_source=source if accuracy is not None else None,
+        ort_accuracy=comp_meta.get("ort_accuracy"),
+        dense_accuracy=train_meta["accuracy"],
+        precision=precision,
+        compression_ratio=_ratio(comp_meta["info"]),
+        params=comp_meta["params"], nonzero_params=comp_meta["nonzero_params"],
+        macs=comp_meta["macs"], sparsity=comp_meta["sparsity"],
+        size_bytes=comp_meta["size_bytes"],
+        train_history=train_meta.get("history"),
+        compression_info=comp_meta["info"],
+        threads=measured.get("threads"),
+        verified=int(verification["passed"]),
+        verification_reference=verification.get("reference", "pytorch"),
+        max_abs_diff=verification["max_abs_diff"],
+        top1_agreement=verification["top1_agreement"],
+        fp32_max_abs_diff=fp32.get("max_abs_diff"),
+        fp32_top1_agreement=fp32.get("top1_agreement"),
+    )
 
 
 def _tuning_columns(compile_meta: dict[str, Any]) -> dict[str, Any]:
