@@ -236,6 +236,16 @@ def lower_to_tir(
     return mod, legalizer
 
 
+def unscheduled_prim_funcs(
+    mod: tvm.IRModule, skip: set[str] = frozenset()
+) -> list[tuple[ir.GlobalVar, tirx.PrimFunc]]:
+    """The PrimFuncs a schedule pass must still handle: not in `skip` (the tuning hook's)
+    and not marked scheduled."""
+    return [(gvar, func) for gvar, func in mod.functions_items()
+            if isinstance(func, tirx.PrimFunc) and gvar.name_hint not in skip
+            and not (func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False))]
+
+
 def apply_minimal_schedules(
     mod: tvm.IRModule,
     algorithm: ConvAlgorithm,
@@ -246,19 +256,14 @@ def apply_minimal_schedules(
 
     Convs are scheduled by the algorithm that made them: `algorithm` or its fallback.
     """
+    from ..algorithms.schedule_util import target_vector_bits
+
     algorithms = [a for a in (algorithm, algorithm.fallback()) if a is not None]
     schedulers = {a.name: a.schedule for a in algorithms}
-    from tvm.target.codegen import llvm_get_vector_width
-
-    vector_bits = llvm_get_vector_width(target) if target.kind.name == "llvm" else 256
-    vector_bits = vector_bits if vector_bits > 0 else 256
     warnings: list[str] = []
     with target:
-        for gvar, func in list(mod.functions_items()):
-            if not isinstance(func, tirx.PrimFunc) or gvar.name_hint in skip:
-                continue
-            if func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False):
-                continue
+        vector_bits = target_vector_bits()
+        for gvar, func in unscheduled_prim_funcs(mod, skip):
             try:
                 scheduled, notes = schedule_prim_func(func, schedulers, vector_bits)
             except Exception as err:

@@ -37,7 +37,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from .build import SCHEDULED_ATTR, relax_finalize_pipeline
+from .build import SCHEDULED_ATTR, relax_finalize_pipeline, unscheduled_prim_funcs
 
 log = logging.getLogger(__name__)
 
@@ -157,11 +157,7 @@ def apply_gpu_schedules(
     """
     notes: list[str] = []
     with target:
-        for gvar, func in list(mod.functions_items()):
-            if not isinstance(func, tirx.PrimFunc) or gvar.name_hint in skip:
-                continue
-            if func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False):
-                continue
+        for gvar, func in unscheduled_prim_funcs(mod, skip):
             try:
                 sch = schedule_gpu_func(func, target)
             except Exception as err:

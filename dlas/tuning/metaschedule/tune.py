@@ -117,14 +117,10 @@ def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
 
 
 def _vector_bits(target: tvm.target.Target) -> int:
-    from tvm.target.codegen import llvm_get_vector_width
+    from dlas.algorithms.schedule_util import target_vector_bits
 
-    from dlas.algorithms.schedule_util import DEFAULT_VECTOR_BITS
-
-    if target.kind.name != "llvm":
-        return DEFAULT_VECTOR_BITS
-    bits = llvm_get_vector_width(target)
-    return bits if bits > 0 else DEFAULT_VECTOR_BITS
+    with target:
+        return target_vector_bits()
 
 
 def _quiet_metaschedule() -> None:
