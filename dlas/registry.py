@@ -66,6 +66,10 @@ class Option:
     source: str
     constraints: list[Callable[[Any], str | None]] = field(default_factory=list)
     tags: frozenset[str] = frozenset()
+    #: `(params) -> facts`: what the option's output depends on besides its parameters,
+    #: read off this machine (e.g. int8's `reduce_range: auto` follows the CPU's VNNI);
+    #: hashed into the stage key the option's output is stored under.
+    key_facts: Callable[[Any], dict[str, Any]] | None = None
 
     def parse_params(self, raw: dict[str, Any] | None) -> BaseModel:
         return self.params.model_validate(raw or {})
@@ -98,6 +102,7 @@ def register(
     version: str = "1",
     constraints: list[Callable[[Any], str | None]] | None = None,
     tags: set[str] | frozenset[str] = frozenset(),
+    key_facts: Callable[[Any], dict[str, Any]] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function as option `name` on `layer`.
 
@@ -105,7 +110,8 @@ def register(
     option's behaviour changes so cached artifacts are recomputed. `constraints` are
     checks `(point) -> reason | None` that rule out combinations the option cannot run in;
     `tags` are facts other options' constraints can test (e.g. a compression that
-    produces `sparse` weights).
+    produces `sparse` weights). `key_facts(params)` returns what the option's output
+    depends on besides its parameters (facts of this machine); it joins the stage key.
     """
     _check_layer(layer)
 
@@ -127,6 +133,7 @@ def register(
             source=source,
             constraints=list(constraints or []),
             tags=frozenset(tags),
+            key_facts=key_facts,
         )
         return fn
 

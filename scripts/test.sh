@@ -3,5 +3,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# qemu-user lets the int8 tests run ONNX Runtime on an emulated x86 CPU without VNNI
+# (tests/test_quantization.py), so both int8 code paths are exercised on any machine.
+if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
+    && [ "$(id -u)" = 0 ]; then
+  echo "installing qemu-user (emulates a CPU without VNNI for the int8 tests) ..."
+  (apt-get update -qq && apt-get install -y -qq qemu-user >/dev/null) \
+    || echo "qemu-user could not be installed: that test will be skipped"
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -25,13 +25,21 @@ from dlas.compiler.minimal_schedule import conv_spec_of, leaf_blocks
 from dlas.compiler.precision import convert_float16
 from dlas.compiler.quantized import conv_dtypes, import_qdq_onnx, output_step
 from dlas.compiler.relax_import import import_torch_model
-from dlas.compression.int8 import OrtModel, calibration_inputs, export_onnx, quantize_qdq
+from dlas.compression.int8 import (
+    OrtModel,
+    calibration_inputs,
+    choose_reduce_range,
+    export_onnx,
+    literal_qdq,
+    quantize_qdq,
+)
 from dlas.datasets.base import fixed_batch
 from dlas.measure.timing import load_vm, run_batch
 from dlas.measure.verify import verify_outputs
 from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner, Workspace
 from dlas.sweep.config import parse_config
+from dlas.targets.host import has_vnni
 
 INT8 = ("int8", "int8", "int32")
 TARGET = {"kind": "llvm"}
@@ -89,9 +97,14 @@ def fp32_onnx(model, digits) -> bytes:
 
 @pytest.fixture(scope="module")
 def quantized(fp32_onnx, digits) -> dict[str, bytes]:
+    """8-bit weights (what CPUs with VNNI get) and 7-bit ones (`reduce_range`, what CPUs
+    without VNNI get), calibrated and not."""
     images, _ = calibration_inputs(digits, 64, seed=0)
     return {"calibrated": quantize_qdq(fp32_onnx, images),
-            "uncalibrated": quantize_qdq(fp32_onnx, global_scale=8.0)}
+            "uncalibrated": quantize_qdq(fp32_onnx, global_scale=8.0),
+            "calibrated_reduce_range": quantize_qdq(fp32_onnx, images, reduce_range=True),
+            "uncalibrated_reduce_range": quantize_qdq(fp32_onnx, global_scale=8.0,
+                                                      reduce_range=True)}
 
 
 @pytest.fixture(scope="module")
@@ -142,18 +155,19 @@ def test_int8_convs_reach_the_algorithm_as_int8(quantized) -> None:
     assert any(s.is_depthwise for _, s in convs)
 
 
-@pytest.mark.parametrize("variant", ["calibrated", "uncalibrated"])
-def test_int8_tvm_computes_what_onnxruntime_computes(
+@pytest.mark.parametrize("variant", ["calibrated", "uncalibrated", "calibrated_reduce_range",
+                                     "uncalibrated_reduce_range"])
+def test_int8_tvm_computes_the_qdq_models_literal_function(
         quantized, model, inputs, tmp_path: Path, variant: str) -> None:
     qdq = quantized[variant]
     imported, _ = import_qdq_onnx(qdq, (1, 3, 32, 32))
     result = compile_model(imported, DirectConv(), TARGET, tmp_path)
     assert result.fallbacks == [] and result.conv_count == 4
     got = run_batch(load_vm(result.executable_path), inputs)
-    ort = OrtModel(qdq)(inputs)
+    literal = literal_qdq(qdq)(inputs)
     step = output_step(qdq)
     assert step is not None and step > 0
-    check = verify_outputs(got, ort, "int8", "onnxruntime", output_step=step)
+    check = verify_outputs(got, literal, "int8", "qdq", output_step=step)
     assert check.passed, check.explain()
     assert check.top1_agreement == 1.0
     assert check.max_abs_diff <= 3 * step  # at most a few output steps apart
@@ -162,6 +176,118 @@ def test_int8_tvm_computes_what_onnxruntime_computes(
     assert not np.allclose(got, fp32, atol=1e-6)  # really quantized
     if variant == "calibrated":  # calibration keeps int8 close to the float model
         assert verify_outputs(got, fp32, "int8", output_step=step).top1_agreement >= 0.9
+
+
+CPU_WITHOUT_VNNI = {"arch": "x86_64", "flags": ["avx2", "avx512f", "avx512bw"]}
+CPU_WITH_VNNI = {"arch": "x86_64", "flags": ["avx2", "avx512f", "avx512_vnni"]}
+
+
+def test_reduce_range_auto_follows_the_cpus_vnni() -> None:
+    assert choose_reduce_range("auto", CPU_WITHOUT_VNNI).reduce_range is True
+    assert "no VNNI" in choose_reduce_range("auto", CPU_WITHOUT_VNNI).reason
+    assert choose_reduce_range("auto", CPU_WITH_VNNI).reduce_range is False
+    assert choose_reduce_range("auto", {"arch": "x86_64", "flags": ["avx_vnni"]}).reduce_range \
+        is False
+    assert choose_reduce_range("auto", {"arch": "aarch64", "flags": ["asimd"]}).reduce_range \
+        is False
+    for setting in (True, False):  # a setting in the config wins on any CPU
+        for cpu in (CPU_WITHOUT_VNNI, CPU_WITH_VNNI):
+            assert choose_reduce_range(setting, cpu).reduce_range is setting
+
+
+def test_reduce_range_keeps_weights_within_seven_bits(quantized) -> None:
+    def weight_range(model: bytes) -> tuple[int, int]:
+        graph = onnx.load_from_string(model).graph
+        weights = [numpy_helper.to_array(i) for i in graph.initializer
+                   if i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 4]
+        assert len(weights) == 4
+        return min(int(w.min()) for w in weights), max(int(w.max()) for w in weights)
+
+    assert weight_range(quantized["calibrated"]) == (-127, 127)
+    low, high = weight_range(quantized["calibrated_reduce_range"])
+    assert -64 <= low and high <= 64
+
+
+def force_cpu(monkeypatch: pytest.MonkeyPatch, cpu: dict) -> None:
+    """Make this process see a CPU with (or without) VNNI, whatever it runs on."""
+    from dlas.targets import host
+
+    real = host.detect_host_cpu()
+    monkeypatch.setattr(host, "detect_host_cpu", lambda: {**real, **cpu})
+
+
+def test_int8_compress_key_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlas.runner.stages import stage_keys
+    from dlas.sweep.grid import expand
+
+    def keys() -> dict[str, str]:
+        points = expand(parse_config(SWEEP))
+        return {p.compression.name: stage_keys(p).compress for p in points}
+
+    force_cpu(monkeypatch, CPU_WITH_VNNI)
+    with_vnni = keys()
+    force_cpu(monkeypatch, CPU_WITHOUT_VNNI)
+    without_vnni = keys()
+    for name in ("int8", "int8_uncalibrated"):  # quantized for another CPU: not served
+        assert with_vnni[name] != without_vnni[name]
+    for name in ("none", "float16"):  # nothing else moves
+        assert with_vnni[name] == without_vnni[name]
+
+
+def _run_under_emulated_cpu(cpu: str, script: str, *args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(["qemu-x86_64", "-cpu", cpu, sys.executable, "-c", script, *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+#: ONNX Runtime's outputs at graph optimizations off (the literal QDQ function) and all.
+_ORT_BOTH_WAYS = """
+import sys, numpy as np, onnxruntime as ort
+x = np.load(sys.argv[1])
+for model in sys.argv[2:]:
+    for level in ("ORT_DISABLE_ALL", "ORT_ENABLE_ALL"):
+        o = ort.SessionOptions()
+        o.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+        s = ort.InferenceSession(model, o, providers=["CPUExecutionProvider"])
+        np.save(f"{model}.{level}.npy", s.run(None, {s.get_inputs()[0].name: x})[0])
+"""
+
+
+@pytest.mark.skipif(
+    __import__("shutil").which("qemu-x86_64") is None
+    or __import__("platform").machine() != "x86_64",
+    reason="needs qemu-user (qemu-x86_64) to run ONNX Runtime on an x86 CPU without VNNI; "
+           "scripts/test.sh installs it")
+def test_onnxruntime_int8_on_a_cpu_without_vnni(quantized, inputs, tmp_path: Path) -> None:
+    """The int8 cause, reproduced on any x86 machine: ONNX Runtime under qemu emulating an
+    AMD Zen 3 (EPYC-Milan: AVX2, no AVX-512, no VNNI). Its fused int8 convs saturate 8-bit
+    weights' pair sums there; 7-bit weights compute the literal QDQ function exactly; and
+    the literal function itself is the same as on this CPU."""
+    np.save(tmp_path / "x.npy", inputs)
+    paths = []
+    for name in ("calibrated", "calibrated_reduce_range"):
+        (tmp_path / f"{name}.onnx").write_bytes(quantized[name])
+        paths.append(str(tmp_path / f"{name}.onnx"))
+    _run_under_emulated_cpu("EPYC-Milan", _ORT_BOTH_WAYS, str(tmp_path / "x.npy"), *paths)
+
+    def out(name: str, level: str) -> np.ndarray:
+        return np.load(tmp_path / f"{name}.onnx.{level}.npy")
+
+    step = output_step(quantized["calibrated"])
+    fused_8bit = out("calibrated", "ORT_ENABLE_ALL")
+    assert np.abs(fused_8bit - out("calibrated", "ORT_DISABLE_ALL")).max() > 3 * step
+    np.testing.assert_array_equal(out("calibrated_reduce_range", "ORT_ENABLE_ALL"),
+                                  out("calibrated_reduce_range", "ORT_DISABLE_ALL"))
+    for name in ("calibrated", "calibrated_reduce_range"):  # the reference is CPU-independent
+        native = literal_qdq(quantized[name])(inputs)
+        assert np.abs(out(name, "ORT_DISABLE_ALL") - native).max() <= step
+        # and on this CPU, whatever it has, the fused model equals it for 7-bit weights
+    np.testing.assert_array_equal(OrtModel(quantized["calibrated_reduce_range"])(inputs),
+                                  literal_qdq(quantized["calibrated_reduce_range"])(inputs))
 
 
 def test_uncalibrated_ranges_are_fixed_and_calibrated_come_from_data(
@@ -262,15 +388,55 @@ def test_sweep_records_accuracy_of_the_compiled_models(tmp_path: Path,
         assert row["status"] == "ok" and row["verified"] == 1
         assert (row["precision"], row["accuracy_source"]) == ("int8", "tvm")
         assert row["compression_ratio"] == 4.0
-        assert row["verification_reference"] == "onnxruntime"
+        assert row["verification_reference"] == "qdq"
         assert row["conv_fallbacks"] == []
         # TVM and ONNX Runtime run the same quantized model: same predictions
         assert row["accuracy"] == pytest.approx(row["ort_accuracy"], abs=0.01)
+        assert row["compression_info"]["reduce_range"] is not has_vnni()
+        assert row["compression_info"]["reduce_range_reason"].startswith("auto: ")
         assert row["fp32_top1_agreement"] is not None and row["fp32_max_abs_diff"] > 0
     assert calibrated["compression_info"]["calibrated"] is True
     assert uncalibrated["compression_info"]["calibrated"] is False
     assert calibrated["accuracy"] >= dense["accuracy"] - 0.05
     assert calibrated["fp32_top1_agreement"] >= 0.75
+
+
+INT8_SWEEP = """
+name: int8-other-cpu
+datasets: [digits]
+models: [test_digits_cnn]
+compression: [int8]
+tuning: [none, onnxruntime]
+budgets: {epochs: 1, data_fraction: 0.5, batch_size: 32, measure_repeat: 3,
+          verify_samples: 8}
+"""
+
+
+@pytest.mark.parametrize("cpu", ["without_vnni", "with_vnni"])
+def test_int8_point_verifies_on_cpus_with_and_without_vnni(
+        tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch, cpu: str) -> None:
+    """Both quantization paths end to end on this machine: the settings chosen for the
+    CPU are recorded, TVM verifies against the literal QDQ function, and ONNX Runtime
+    (as users run it) against the same reference, its accuracy measured in it."""
+    really_vnni = has_vnni()
+    force_cpu(monkeypatch, CPU_WITHOUT_VNNI if cpu == "without_vnni" else CPU_WITH_VNNI)
+    runner = Runner(Workspace(tmp_path, shared_cache), progress=False)
+    runner.run(parse_config(INT8_SWEEP))
+    with ResultStore(tmp_path / "results.db") as store:
+        rows = {r["tuning"]: r for r in store.rows()}
+    tvm, ort = rows["none"], rows["onnxruntime"]
+    assert tvm["status"] == "ok", tvm.get("error")
+    for row in (tvm, ort):
+        assert row["verification_reference"] == "qdq"
+        assert row["compression_info"]["reduce_range"] is (cpu == "without_vnni")
+    if cpu == "with_vnni" and not really_vnni:
+        # 8-bit weights on a CPU that really lacks VNNI: ONNX Runtime's fused kernels
+        # compute another function, and the baseline says so instead of timing it
+        assert ort["status"] == "verification_failed", ort
+        return
+    assert ort["status"] == "ok" and ort["verified"] == 1, ort.get("error")
+    assert ort["accuracy_source"] == "onnxruntime" and ort["accuracy"] is not None
+    assert tvm["accuracy"] == pytest.approx(ort["accuracy"], abs=0.01)
 
 
 def test_convs_outside_the_deployed_precision_are_reported() -> None:

@@ -19,6 +19,22 @@ recover the accuracy": here every activation range is the fixed [-global_scale,
 global_scale], given to ONNX Runtime as its calibration cache, so no data is looked at.
 Weights are quantized the same way in both (their ranges need no data), which isolates
 the effect of calibrating the activations.
+
+What the quantized model computes is its *literal QDQ semantics*: each QuantizeLinear /
+DequantizeLinear and the float op between them, exactly as the ONNX graph says
+(`literal_qdq`: ONNX Runtime with graph optimizations off, which runs every node as
+written). That is the reference TVM's int8 variants are verified against, on every CPU.
+
+ONNX Runtime as users run it (graph optimizations on) fuses each DQ-Conv-Q into a
+QLinearConv. On x86 its int8 kernels shift s8 activations to u8 and, on CPUs without
+VNNI, multiply with `pmaddubsw`, whose int16 sum of two u8 x s8 products saturates
+(255 x 127 x 2 > 32767): those CPUs (AVX2, or AVX-512 without VNNI, e.g. AMD Zen 3)
+compute a different function from the first quantized conv on. Measured here with the
+CPU emulated without VNNI (qemu-x86_64 -cpu EPYC-Milan): one conv with x_q = 127 and
+w_q = 127 gives 16 instead of 508; with 7-bit weights (`reduce_range`, |w_q| <= 64) the
+pair sums fit and the fused model equals the literal one exactly. So `reduce_range`
+defaults to `auto`: on when the CPU that quantizes (this host) lacks VNNI
+(`choose_reduce_range`), recorded in the result and hashed into the compress key.
 """
 
 from __future__ import annotations
@@ -27,7 +43,9 @@ import logging
 import tempfile
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -37,6 +55,48 @@ from dlas.datasets.base import DatasetBundle, fixed_batch
 
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
+
+#: ONNX Runtime graph optimization levels by their short names.
+GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
+                      "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
+
+ReduceRangeSetting = bool | Literal["auto"]
+
+
+@dataclass(frozen=True)
+class ReduceRangeChoice:
+    """Whether weights are quantized to 7 bits, and why (recorded in the result)."""
+
+    reduce_range: bool
+    reason: str
+
+
+def choose_reduce_range(setting: ReduceRangeSetting, cpu: dict | None = None) -> ReduceRangeChoice:
+    """Resolve an int8 option's `reduce_range` for the CPU that runs ONNX Runtime.
+
+    `auto`: on for an x86 CPU without VNNI, where ONNX Runtime's fused u8 x s8 kernels
+    saturate int16 pair sums unless weights stay within 7 bits; off elsewhere (full 8-bit
+    weights, no accuracy given away). `cpu` is `detect_host_cpu()`'s description
+    (tests pass one to force either path).
+    """
+    from dlas.targets.host import detect_host_cpu, has_vnni, is_x86
+
+    if setting != "auto":
+        return ReduceRangeChoice(bool(setting), "set in the config")
+    cpu = detect_host_cpu() if cpu is None else cpu
+    if is_x86(cpu) and not has_vnni(cpu):
+        return ReduceRangeChoice(True, "auto: this x86 CPU has no VNNI, so ONNX Runtime's "
+                                       "u8 x s8 kernels saturate 8-bit weights' pair sums")
+    return ReduceRangeChoice(False, "auto: " + ("this CPU has VNNI" if is_x86(cpu) else
+                                                f"{cpu.get('arch')} int8 kernels do not "
+                                                "saturate"))
+
+
+def int8_host_facts(setting: ReduceRangeSetting) -> dict[str, bool]:
+    """What an int8 option's output depends on besides its parameters: the resolved
+    `reduce_range` (part of the compress key, so a cache moved to a CPU that needs the
+    other setting is not served)."""
+    return {"reduce_range": choose_reduce_range(setting).reduce_range}
 
 
 def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
@@ -80,11 +140,13 @@ def quantize_qdq(
     *,
     global_scale: float | None = None,
     per_channel: bool = True,
+    reduce_range: bool = False,
 ) -> bytes:
     """Quantize an fp32 ONNX model to int8 QDQ with symmetric int8 activations.
 
     Pass `calibration` images (MinMax calibration) or `global_scale` (every activation
-    range is [-global_scale, global_scale], no data), not both.
+    range is [-global_scale, global_scale], no data), not both. `reduce_range` quantizes
+    weights to 7 bits ([-64, 64]; see the module doc for when that is needed).
     """
     from onnxruntime.quantization import (
         CalibrationDataReader,
@@ -123,7 +185,7 @@ def quantize_qdq(
             reader = Reader(np.ascontiguousarray(calibration, dtype=np.float32))
         quantize_static(
             str(work / "pre.onnx"), str(work / "int8.onnx"), reader,
-            quant_format=QuantFormat.QDQ, per_channel=per_channel,
+            quant_format=QuantFormat.QDQ, per_channel=per_channel, reduce_range=reduce_range,
             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
@@ -144,14 +206,21 @@ def _activation_names(path: Path) -> list[str]:
 
 
 class OrtModel:
-    """An ONNX model in an ONNX Runtime CPU session."""
+    """An ONNX model in an ONNX Runtime CPU session (graph optimizations as users run it:
+    all, unless `graph_optimization` says otherwise)."""
 
-    def __init__(self, onnx_model: bytes, threads: int | None = None) -> None:
+    def __init__(self, onnx_model: bytes, threads: int | None = None,
+                 graph_optimization: str = "all") -> None:
         import onnxruntime as ort
 
+        if graph_optimization not in GRAPH_OPTIMIZATION:
+            raise ValueError(f"unknown graph_optimization {graph_optimization!r}; known: "
+                             f"{', '.join(GRAPH_OPTIMIZATION)}")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   GRAPH_OPTIMIZATION[graph_optimization])
         options.log_severity_level = 3
         self.session = ort.InferenceSession(onnx_model, options,
                                             providers=["CPUExecutionProvider"])
@@ -169,6 +238,13 @@ class OrtModel:
         if seen == 0:
             raise ValueError("cannot evaluate on an empty dataset")
         return correct / seen
+
+
+def literal_qdq(onnx_model: bytes) -> OrtModel:
+    """The quantized model's own function: every QuantizeLinear, DequantizeLinear and float
+    op evaluated as the graph writes it (no fusion into a runtime's int8 kernels, which
+    differ between CPUs). What TVM's int8 variants are verified against."""
+    return OrtModel(onnx_model, graph_optimization="disabled")
 
 
 def _batches(dataset: Dataset, batch_size: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -15,7 +15,7 @@ ONNX Runtime); `compression_ratio` is the paper's ideal speedup: 2 for float16, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,14 +55,38 @@ def float16(params: Float16Params, model: nn.Module,
     )
 
 
-class Int8Params(BaseModel):
+class _Int8Common(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    per_channel: bool = Field(True, description="one weight scale per output channel")
+    reduce_range: bool | Literal["auto"] = Field(
+        "auto", description="7-bit weights; auto: on for x86 CPUs without VNNI, where ONNX "
+                            "Runtime's fused int8 kernels saturate 8-bit weights")
+
+
+def _int8_facts(params: _Int8Common) -> dict[str, Any]:
+    from dlas.compression.int8 import int8_host_facts
+
+    return int8_host_facts(params.reduce_range)
+
+
+def _int8_info(params: _Int8Common, **facts: Any) -> dict[str, Any]:
+    """The facts every int8 result records: ratio, precision, the quantization settings
+    chosen (with why) and the CPU flags they were chosen for."""
+    from dlas.compression.int8 import choose_reduce_range
+
+    choice = choose_reduce_range(params.reduce_range)
+    return {"compression_ratio": INT8_RATIO, "precision": "int8", **facts,
+            "per_channel": params.per_channel, "reduce_range": choice.reduce_range,
+            "reduce_range_reason": choice.reason}
+
+
+class Int8Params(_Int8Common):
     calibration_size: int = Field(
         128, ge=1, description="calibration images (from the dataset's calibration slice)")
-    per_channel: bool = Field(True, description="one weight scale per output channel")
 
 
 @register("compression", "int8", params=Int8Params, tags={QUANTIZED_TAG},
+          key_facts=_int8_facts,
           description="int8 post-training static quantization (ONNX Runtime, QDQ, symmetric, "
                       "calibrated on held-out training images); TVM runs int8 convs")
 def int8(params: Int8Params, model: nn.Module, ctx: CompressionContext) -> CompressionResult:
@@ -70,23 +94,20 @@ def int8(params: Int8Params, model: nn.Module, ctx: CompressionContext) -> Compr
     from dlas.compression.int8 import calibration_inputs, export_onnx, quantize_qdq
 
     images, source = calibration_inputs(ctx.bundle, params.calibration_size, ctx.budgets.seed)
+    info = _int8_info(params, calibrated=True, calibration=source)
     quantized = quantize_qdq(export_onnx(model, ctx.bundle.input_shape), images,
-                             per_channel=params.per_channel)
-    info = {"compression_ratio": INT8_RATIO, "precision": "int8", "calibrated": True,
-            "calibration": source, "per_channel": params.per_channel}
+                             per_channel=params.per_channel, reduce_range=info["reduce_range"])
     return CompressionResult(model, info, deployment=QuantizedOnnx(quantized))
 
 
-class Int8UncalibratedParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Int8UncalibratedParams(_Int8Common):
     global_scale: float = Field(
         8.0, gt=0, description="every activation range is [-global_scale, global_scale] "
                                "(TVM relay.quantize's default global scale)")
-    per_channel: bool = Field(True, description="one weight scale per output channel")
 
 
 @register("compression", "int8_uncalibrated", params=Int8UncalibratedParams,
-          tags={QUANTIZED_TAG},
+          tags={QUANTIZED_TAG}, key_facts=_int8_facts,
           description="int8 without calibration: one fixed activation range, no data "
                       "(the paper's 'uncalibrated' int8, Figure 3c)")
 def int8_uncalibrated(params: Int8UncalibratedParams, model: nn.Module,
@@ -94,8 +115,8 @@ def int8_uncalibrated(params: Int8UncalibratedParams, model: nn.Module,
     from dlas.compression.base import CompressionResult, QuantizedOnnx
     from dlas.compression.int8 import export_onnx, quantize_qdq
 
+    info = _int8_info(params, calibrated=False, global_scale=params.global_scale)
     quantized = quantize_qdq(export_onnx(model, ctx.bundle.input_shape),
-                             global_scale=params.global_scale, per_channel=params.per_channel)
-    info = {"compression_ratio": INT8_RATIO, "precision": "int8", "calibrated": False,
-            "global_scale": params.global_scale, "per_channel": params.per_channel}
+                             global_scale=params.global_scale, per_channel=params.per_channel,
+                             reduce_range=info["reduce_range"])
     return CompressionResult(model, info, deployment=QuantizedOnnx(quantized))

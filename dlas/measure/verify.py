@@ -1,8 +1,10 @@
 """Correct before fast: every compiled variant is compared with the function it must compute.
 
 That is the PyTorch model's output for float32 and float16 variants, and for int8 the
-output of the same quantized model in ONNX Runtime (the QDQ model defines the integer
-function; PyTorch's float output is only what it approximates, recorded beside it).
+quantized model's literal QDQ function (each Quantize/DequantizeLinear and float op as the
+ONNX graph writes it, evaluated by ONNX Runtime with graph optimizations off: the same on
+every CPU, unlike its fused int8 kernels; see dlas.compression.int8). PyTorch's float
+output is only what int8 approximates, recorded beside it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ TOLERANCES: dict[str, tuple[float, float]] = {
 #: int8: differences of this many output quantization steps are always tolerated.
 INT8_OUTPUT_STEPS = 3
 
-REFERENCE_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
+REFERENCE_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime",
+                   "qdq": "the QDQ model's literal function"}
 
 
 @dataclass
@@ -38,7 +41,7 @@ class Verification:
     rtol: float
     atol: float
     samples: int
-    #: What the output was compared with: "pytorch" or "onnxruntime".
+    #: What the output was compared with: "pytorch", "qdq" or "onnxruntime".
     reference: str = "pytorch"
 
     def as_dict(self) -> dict[str, Any]:

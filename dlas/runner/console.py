@@ -13,6 +13,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dlas.measure.verify import REFERENCE_NAMES
+
 if TYPE_CHECKING:
     from dlas.runner.runner import RunReport, Workspace
     from dlas.sweep.config import SweepConfig
@@ -29,7 +31,6 @@ def make_console() -> Console:
     return Console(highlight=False, soft_wrap=True, width=width)
 
 
-_REFERENCE = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
 #: Accuracy columns: None on a row that ran means there is none to report.
 ACCURACY_COLUMNS = ("accuracy", "dense_accuracy", "ort_accuracy")
 
@@ -104,7 +105,8 @@ class RunConsole:
         detail = ""
         if status == "ok":
             source = f" ({row['accuracy_source']})" if row.get("accuracy_source") else ""
-            reference = _REFERENCE.get(row.get("verification_reference") or "pytorch", "PyTorch")
+            reference = REFERENCE_NAMES.get(row.get("verification_reference") or "pytorch",
+                                            "PyTorch")
             detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
                       f"{_accuracy(row, 'accuracy')}{source}, max |diff| vs {reference} "
                       f"{row['max_abs_diff']:.2e}")

@@ -276,7 +276,7 @@ class Runner:
         """Import the deployed form into Relax, with the outputs it must reproduce.
 
         `reference.npz` holds the verification inputs, `outputs` (what the compiled model
-        must compute: PyTorch's output, or ONNX Runtime's for an int8 QDQ model) and
+        must compute: PyTorch's output, or an int8 QDQ model's literal function) and
         `fp32_outputs` (the float32 PyTorch model's, for the record).
         """
         import torch
@@ -299,13 +299,15 @@ class Runner:
             outputs, reference = fp32_outputs, "pytorch"
             if precision == "int8":
                 from dlas.compiler.quantized import import_qdq_onnx, output_step
-                from dlas.compression.int8 import OrtModel
+                from dlas.compression.int8 import literal_qdq
 
                 onnx_bytes = (compressed.path / comp_meta["deployment"]["onnx"]).read_bytes()
                 imported, report = import_qdq_onnx(onnx_bytes, input_shape)
                 meta["int8_convs"] = report.as_dict()
                 meta["output_step"] = output_step(onnx_bytes)
-                outputs, reference = OrtModel(onnx_bytes)(inputs.numpy()), "onnxruntime"
+                # the QDQ graph's own function, not whichever fused int8 kernels a runtime
+                # picks on this CPU (dlas.compression.int8)
+                outputs, reference = literal_qdq(onnx_bytes)(inputs.numpy()), "qdq"
             else:
                 imported = import_torch_model(model, input_shape)
                 if precision == "float16":
@@ -464,13 +466,14 @@ class Runner:
                                           "top1_agreement": fp32.top1_agreement}
                 if not verification.passed:
                     meta["error"] = f"{peer.runtime}: {verification.explain()}"
+                    hint = peer.mismatch_hint()
+                    if hint:
+                        meta["error"] += f"; {hint}"
                     return  # a peer computing another function is not timed
                 if precision != "float32" and train_meta["accuracy"] is not None:
-                    if peer.accuracy_is_ort_accuracy:
-                        meta["accuracy"] = compressed.meta.get("ort_accuracy")
-                    else:
-                        with self.console.activity(f"accuracy in {peer.runtime}"):
-                            meta["accuracy"] = peer_accuracy(peer, bundle.test)
+                    # the runtime's own accuracy, measured as it runs the model
+                    with self.console.activity(f"accuracy in {peer.runtime}"):
+                        meta["accuracy"] = peer_accuracy(peer, bundle.test)
                 call = peer.bind(imported.inputs[:1])
                 samples: list[float] = []
                 chunk = max(1, min(25, b.measure_repeat // 10 or 1))
@@ -632,7 +635,8 @@ class Imported:
 
     model: Any
     inputs: np.ndarray
-    #: What the compiled model must compute (PyTorch's, or ONNX Runtime's for int8).
+    #: What the compiled model must compute (PyTorch's, or the int8 QDQ model's literal
+    #: function).
     outputs: np.ndarray
     #: The float32 PyTorch model's outputs on the same inputs.
     fp32_outputs: np.ndarray

@@ -20,7 +20,7 @@ from typing import Any
 
 from dlas import registry
 from dlas.results.environment import machine_fingerprint
-from dlas.sweep.grid import Point, canonical_json, digest
+from dlas.sweep.grid import Choice, Point, canonical_json, digest
 from dlas.targets.base import TargetSpec
 
 STAGES = ("data", "train", "compress", "import", "compile", "measure", "baseline")
@@ -29,9 +29,12 @@ STAGES = ("data", "train", "compress", "import", "compile", "measure", "baseline
 #: compress 2: precision/deployment (int8 ONNX), accuracy None when unavailable or measured
 #: later; import 2: float16/int8 imports, ONNX Runtime reference; import 3: convs outside
 #: the deployed precision noted; measure 2: per-precision verification, agreement with
-#: float32, accuracy of reduced-precision compiled models.
+#: float32, accuracy of reduced-precision compiled models; baseline 2: accuracy of a
+#: reduced-precision baseline measured in its own runtime, always. (int8's change of
+#: verification reference to the literal QDQ function came with its key facts, which
+#: changed every int8 compress key and hence everything downstream of it.)
 STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 3, "compile": 1, "measure": 2,
-                  "baseline": 1}
+                  "baseline": 2}
 
 #: Model-option tag: the option returns a ready (pretrained) model that is not trained.
 PRETRAINED_TAG = "pretrained"
@@ -91,6 +94,13 @@ def _key(stage: str, **inputs: Any) -> str:
     return digest({"stage": stage, "stage_version": STAGE_VERSIONS[stage], **inputs})
 
 
+def option_facts(choice: Choice) -> dict[str, Any]:
+    """`{"facts": ...}` for an option whose output depends on facts of this machine
+    (`registry.Option.key_facts`), else nothing, so other options' keys are unchanged."""
+    facts = choice.option.key_facts
+    return {"facts": facts(choice.params)} if facts is not None else {}
+
+
 def stage_keys(point: Point) -> StageKeys:
     b = point.budgets
     c = point.choices
@@ -101,7 +111,8 @@ def stage_keys(point: Point) -> StageKeys:
     train = _key("train", data=data, model=c["models"].identity(), **training)
     compress = _key("compress", train=train, compression=c["compression"].identity(),
                     finetune_epochs=b.finetune_epochs, data_fraction=b.data_fraction,
-                    batch_size=b.batch_size, finetune_lr=b.finetune_lr)
+                    batch_size=b.batch_size, finetune_lr=b.finetune_lr,
+                    **option_facts(c["compression"]))
     import_ = _key("import", compress=compress, verify_samples=b.verify_samples)
     target = resolve_target(point)
     if point.is_baseline:  # the imported model's reference outputs, the runtime, timing

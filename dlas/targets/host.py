@@ -98,6 +98,25 @@ def detect_host_cpu() -> dict:
     }
 
 
+#: /proc/cpuinfo flags of an x86 int8 dot-product instruction (vpdpbusd) that accumulates
+#: u8 x s8 products in int32 directly: AVX512-VNNI, and AVX-VNNI on newer AVX2-only cores.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+
+
+def is_x86(cpu: dict) -> bool:
+    return cpu.get("arch") in ("x86_64", "AMD64", "i686")
+
+
+def has_vnni(cpu: dict | None = None) -> bool:
+    """Whether this (or the described) x86 CPU has a VNNI int8 dot product.
+
+    Without it, x86 int8 kernels multiply u8 x s8 pairs with `pmaddubsw`, whose int16 pair
+    sums saturate (ONNX Runtime's fused int8 convs among them; see dlas.compression.int8).
+    """
+    cpu = detect_host_cpu() if cpu is None else cpu
+    return any(flag in cpu.get("flags", ()) for flag in VNNI_FLAGS)
+
+
 def host_target(num_threads: int | None = None) -> dict:
     """The LLVM JSON target dict for this machine; `num-cores` = num_threads or all cores."""
     cpu = detect_host_cpu()

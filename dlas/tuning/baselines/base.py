@@ -64,9 +64,6 @@ class Peer(ABC):
     runtime: str = ""
     #: Intra-op threads the runtime was configured with.
     threads: int = 1
-    #: True when the compress stage's `ort_accuracy` already is this peer's accuracy (ONNX
-    #: Runtime on the int8 QDQ model), so it is not measured twice.
-    accuracy_is_ort_accuracy: bool = False
 
     @abstractmethod
     def run(self, inputs: np.ndarray) -> np.ndarray:
@@ -81,6 +78,11 @@ class Peer(ABC):
     def info(self) -> dict[str, Any]:
         """What identifies this runtime setup in the results (version, settings)."""
         return {"runtime": self.runtime, "threads": self.threads}
+
+    def mismatch_hint(self) -> str | None:
+        """What to do when this runtime's output fails verification, if it knows a cause
+        (e.g. ONNX Runtime's int8 kernels on a CPU without VNNI)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - most runtimes change nothing process-wide
         """Release the runtime and restore process-wide settings it changed."""

@@ -20,8 +20,6 @@ import numpy as np
 from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
 
 ONNX_FILE = "model.onnx"
-GRAPH_OPTIMIZATION = {"disabled": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC",
-                      "extended": "ORT_ENABLE_EXTENDED", "all": "ORT_ENABLE_ALL"}
 
 
 def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
@@ -53,6 +51,8 @@ class OrtPeer(Peer):
     def __init__(self, model: BaselineModel, graph_optimization: str = "all") -> None:
         import onnxruntime as ort
 
+        from dlas.compression.int8 import GRAPH_OPTIMIZATION
+
         data, self.source = onnx_model(model)
         if model.work_dir is not None:
             (model.work_dir / ONNX_FILE).write_bytes(data)
@@ -69,7 +69,7 @@ class OrtPeer(Peer):
         self.output_name = self.session.get_outputs()[0].name
         self.threads = model.threads
         self.precision = model.precision
-        self.accuracy_is_ort_accuracy = model.precision == "int8"
+        self.reduce_range = model.info.get("reduce_range")
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(inputs, dtype=np.float32)
@@ -86,6 +86,17 @@ class OrtPeer(Peer):
             return session.run_with_iobinding(binding)
 
         return call
+
+    def mismatch_hint(self) -> str | None:
+        from dlas.targets.host import detect_host_cpu, has_vnni, is_x86
+
+        cpu = detect_host_cpu()
+        if (self.precision == "int8" and self.reduce_range is False and is_x86(cpu)
+                and not has_vnni(cpu) and self.graph_optimization != "disabled"):
+            return ("this CPU has no VNNI, where ONNX Runtime's fused int8 convs saturate "
+                    "8-bit weights; quantize with reduce_range: true (its default, auto, "
+                    "does so on such CPUs)")
+        return None
 
     def info(self) -> dict[str, Any]:
         import onnxruntime as ort
