@@ -9,16 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from dlas import registry
+from dlas.sweep import validate
+from dlas.sweep.yaml_source import ConfigError, load_yaml, read_config_text
 
-Loc = tuple[str | int, ...]
-
-
-class ConfigError(ValueError):
-    """A sweep config that cannot be used; the message says where and why."""
+__all__ = ["Budgets", "ConfigError", "OptionSpec", "SweepConfig", "load_config",
+           "parse_config"]
 
 
 class OptionSpec(BaseModel):
@@ -30,9 +28,13 @@ class OptionSpec(BaseModel):
 
 
 class Budgets(BaseModel):
-    """How much work each stage may do; part of every cache key it affects."""
+    """How much work each stage may do; part of every cache key it affects.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict types: YAML reads `yes` as a boolean and pydantic would take it as 1 epoch, and
+    `2.5` epochs would be cut; a budget is only what the user wrote as a number.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
     epochs: int = Field(5, ge=0, description="training epochs")
     finetune_epochs: int = Field(2, ge=0, description="fine-tuning epochs after compression")
     data_fraction: float = Field(1.0, gt=0, le=1, description="fraction of the training set")
@@ -44,7 +46,8 @@ class Budgets(BaseModel):
     measure_number: int = Field(1, ge=1, description="calls averaged inside one timed run")
     warmup: int = Field(1, ge=0, description="discarded warm-up runs")
     verify_samples: int = Field(16, ge=1, description="inputs compared against PyTorch")
-    seed: int = Field(0, description="seed for data splits, init and training")
+    seed: int = Field(0, ge=0, lt=2**32, description="seed for data splits, init and "
+                                                     "training (numpy takes 0 .. 2**32-1)")
     cv_threshold: float = Field(
         0.05, ge=0, description="flag a point noisy when its timing samples' coefficient of "
                                 "variation (std/mean) exceeds this; read when the row is "
@@ -69,7 +72,7 @@ def _as_spec_list(value: Any) -> Any:
 
 class SweepConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str
+    name: str = Field(min_length=1)
     description: str = ""
     datasets: list[OptionSpec] = Field(min_length=1)
     models: list[OptionSpec] = Field(min_length=1)
@@ -95,110 +98,52 @@ class SweepConfig(BaseModel):
         return getattr(self, layer)
 
 
-# --- line numbers ---------------------------------------------------------------------
-
-
-def _line_map(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None) -> dict[Loc, int]:
-    """Map every key path in a composed YAML tree to its 1-based line."""
-    out = {} if out is None else out
-    out.setdefault(loc, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            key = key_node.value
-            out[loc + (key,)] = key_node.start_mark.line + 1
-            _line_map(value_node, loc + (key,), out)
-            out[loc + (key,)] = key_node.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _line_map(item, loc + (i,), out)
-    return out
-
-
-def _line_of(lines: dict[Loc, int], loc: Loc) -> int | None:
-    for end in range(len(loc), -1, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
-
-
-def _where(source: str, lines: dict[Loc, int], loc: Loc) -> str:
-    line = _line_of(lines, loc)
-    return f"{source}:{line}" if line else source
-
-
-def _dotted(loc: Loc) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _describe(
-    exc: ValidationError, source: str, lines: dict[Loc, int], prefix: Loc = ()
-) -> list[str]:
-    msgs = []
-    for err in exc.errors():
-        loc = prefix + tuple(p for p in err["loc"] if isinstance(p, (str, int)))
-        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
-        if err["type"] == "extra_forbidden":
-            msgs.append(f"{_where(source, lines, loc)}: unknown key '{_dotted(loc)}'")
-        else:
-            msgs.append(f"{_where(source, lines, loc)}: '{_dotted(loc)}': {err['msg']}{got}")
-    return msgs
-
-
 # --- loading --------------------------------------------------------------------------
 
 
 def load_config(path: str | Path) -> SweepConfig:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"sweep config not found: {path.resolve()}")
-    return parse_config(path.read_text(), source=str(path))
+    """Read and validate a sweep file; every way it can be unusable is a ConfigError."""
+    return parse_config(read_config_text(path), source=str(path))
 
 
 def parse_config(text: str, source: str = "<config>") -> SweepConfig:
-    """Parse and fully validate a sweep: structure, option names, option parameters."""
-    try:
-        node = yaml.compose(text)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    """Parse and fully validate a sweep: structure, option names, option parameters, and
+    the checks of `dlas.sweep.validate` (no empty axis, no duplicate choice, exclude rules
+    that match something but not everything). What passes expands to >= 1 distinct point.
+    """
+    raw, lines = load_yaml(text, source)
+    where = validate.Where(source, lines)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: a sweep config is a YAML mapping with keys "
-                          f"name, {', '.join(registry.LAYERS)}, budgets, exclude")
-    lines = _line_map(node)
+        got = "empty" if raw is None else f"a YAML {type(raw).__name__}, not a mapping"
+        raise ConfigError(f"{source}: the sweep config is {got}; a sweep config is a YAML "
+                          f"mapping with keys name, {', '.join(registry.LAYERS)}, budgets, "
+                          "exclude (configs/quickstart.yaml is a complete example)")
+    empty = validate.empty_axes(raw, where, LAYER_DEFAULTS)
+    if empty:
+        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(empty))
     try:
         config = SweepConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError("invalid sweep config:\n  " + "\n  ".join(
-            _describe(exc, source, lines))) from None
+            validate.describe(exc, where, model=SweepConfig))) from None
 
     problems: list[str] = []
     for layer in registry.LAYERS:
+        parsed: list[tuple[int, OptionSpec, BaseModel]] = []
         for i, spec in enumerate(config.options(layer)):
             try:
                 option = registry.get(layer, spec.name)
             except registry.UnknownOptionError as exc:
-                problems.append(f"{_where(source, lines, (layer, i, 'name'))}: {exc}")
+                problems.append(f"{where((layer, i, 'name'))}: {exc}")
                 continue
             try:
-                option.parse_params(spec.params)
+                parsed.append((i, spec, option.parse_params(spec.params)))
             except ValidationError as exc:
-                problems += _describe(exc, source, lines, (layer, i, "params"))
-    for i, rule in enumerate(config.exclude):
-        for layer, names in rule.items():
-            loc: Loc = ("exclude", i, layer)
-            if layer not in registry.LAYERS:
-                problems.append(f"{_where(source, lines, loc)}: exclude rule names unknown "
-                                f"layer '{layer}'; layers are: {', '.join(registry.LAYERS)}")
-                continue
-            valid = {s.name for s in config.options(layer)}
-            for name in [names] if isinstance(names, str) else names:
-                if name not in valid:
-                    problems.append(f"{_where(source, lines, loc)}: exclude rule names {layer} "
-                                    f"'{name}', which this sweep does not use "
-                                    f"(it uses: {', '.join(sorted(valid))})")
+                problems += validate.describe(exc, where, (layer, i, "params"), option.params)
+        problems += validate.duplicate_choices(layer, parsed, where)
+    problems += validate.exclude_rules(config, where)
+    if not problems:  # the rules only mean something once every name is known
+        problems += validate.everything_excluded(config, where)
     if problems:
         raise ConfigError("invalid sweep config:\n  " + "\n  ".join(problems))
     return config

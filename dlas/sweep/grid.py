@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dlas import registry
-from dlas.sweep.config import Budgets, SweepConfig
+from dlas.sweep.config import Budgets, ConfigError, SweepConfig
 
 #: Budgets read only when a result row is written (the noise flag's threshold): neither
 #: stage keys nor point keys hash them, so changing one re-labels cached measurements
@@ -168,10 +168,13 @@ def expand(config: SweepConfig, excluded: list[Point] | None = None) -> list[Poi
             choices["algorithms"] = runtime_choice(choices["tuning"])
             combo = tuple(choices.values())
         point = Point(choices=choices, budgets=config.budgets, index=len(points))
-        if point.is_baseline:
-            if point.key in seen:  # already listed under an earlier algorithm
+        if point.key in seen:
+            if point.is_baseline:  # already listed under an earlier algorithm
                 continue
-            seen.add(point.key)
+            # parse_config rejects an axis listing one choice twice, so this is a bug
+            raise ConfigError(f"sweep '{config.name}' lists the point {point.describe()} "
+                              "twice; remove the repeated option from its axis")
+        seen.add(point.key)
         for i, rule in enumerate(config.exclude):
             if _matches(rule, choices):
                 point.blocked = f"excluded by the sweep's exclude rule #{i + 1} ({rule})"
