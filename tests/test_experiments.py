@@ -98,7 +98,8 @@ def test_unregistered_options_fail_clearly_or_are_left_out(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch,
                                                            ) -> None:
     sweep = {"datasets": ["digits"], "models": ["tiny_cnn"],
-             "compression": ["none", "future_pruning"], "algorithms": ["direct", "warp_conv"],
+             "compression": ["none", "future_pruning"],
+             "algorithms": ["direct", "gemm", "warp_conv"],  # gemm: a point is left to run
              "exclude": [{"compression": "future_pruning", "algorithms": "direct"},
                          {"compression": "none", "algorithms": ["direct", "warp_conv"]}]}
     _write_experiment(tmp_path, sweep)
