@@ -16,7 +16,7 @@ from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner, Workspace
-from dlas.sweep.config import parse_config
+from dlas.sweep.config import ConfigError, parse_config
 from dlas.targets.arch import machine_arch, target_arch
 from dlas.targets.base import TargetSpec
 from dlas.targets.options import NO_GPU, local_cuda_gpu
@@ -54,6 +54,47 @@ def test_bad_mcpu_and_mattr_are_rejected() -> None:
     assert "Did you mean 'cortex-a7" in invalid("llvm", arch="aarch64", mcpu="cortex-a37")
     assert "start with + or -" in invalid("llvm", mattr=["neon"])
     assert "sm_" in invalid("cuda", arch="80")
+
+
+def test_host_and_llvm_share_one_mcpu_check(capfd: pytest.CaptureFixture) -> None:
+    """LLVM only warns about an unknown -mcpu and builds generic code; both CPU targets
+    refuse it when the config is parsed, with the same words, without LLVM's noise."""
+    here = machine_arch()
+    host_msg, llvm_msg = invalid("host", mcpu="znver9"), invalid("llvm", mcpu="znver9")
+    for msg in (host_msg, llvm_msg):
+        assert f"mcpu 'znver9' is not a CPU LLVM knows for {here}" in msg
+        assert "Leave mcpu out" in msg
+    assert "is not valid" not in capfd.readouterr().err  # LLVM's own message stayed quiet
+    assert spec("host", mcpu="generic").tvm_target["mcpu"] == "generic"
+    assert "is not a CPU LLVM knows" in invalid("cuda", arch="sm_80", host={"mcpu": "nope"})
+
+
+def test_unknown_mattr_feature_is_rejected_per_arch(capfd: pytest.CaptureFixture) -> None:
+    x86 = invalid("llvm", arch="x86_64", mattr=["+avx2", "+neon"])
+    assert "mattr ['+neon']: not a feature LLVM knows for x86_64" in x86
+    assert "mattr ['+avx2']" in invalid("llvm", arch="aarch64", mattr=["+avx2"])
+    assert "not a recognized feature" not in capfd.readouterr().err
+    arm = spec("llvm", arch="aarch64", mattr=["+dotprod", "-sve"])
+    assert arm.tvm_target["mattr"] == ["+dotprod", "-sve", "+neon"]
+
+
+def test_unknown_cuda_arch_is_rejected() -> None:
+    assert "GPU arch 'sm_1' is not one LLVM's NVPTX backend knows" in invalid("cuda",
+                                                                              arch="sm_1")
+    assert spec("cuda", arch="sm_90a").tvm_target["arch"] == "sm_90a"
+
+
+@pytest.mark.parametrize("target, where", [
+    ("{name: host, params: {mcpu: znver9}}", "'targets[0].params.mcpu'"),
+    ("{name: llvm, params: {mattr: ['+bogus']}}", "'targets[0].params.mattr'"),
+    ("{name: remote, params: {key: k, target: {name: llvm, params: {mcpu: nope}}}}",
+     "'targets[0].params.target.params.mcpu'"),
+])
+def test_bad_cpu_parameters_fail_at_config_load(target: str, where: str) -> None:
+    text = f"name: x\ndatasets: [digits]\nmodels: [resnet18]\ntargets:\n  - {target}\n"
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, source="s.yaml")
+    assert f"s.yaml:5: {where}: " in str(err.value)
 
 
 def test_llvm_json_targets() -> None:

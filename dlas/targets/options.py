@@ -12,17 +12,33 @@ import dataclasses
 import difflib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails
 
 from dlas.registry import Option, register
 from dlas.targets.arch import TRIPLES, machine_arch, normalize_arch
 from dlas.targets.base import RPCTracker, TargetSpec
+from dlas.targets.llvm_check import check_cuda_arch, check_mattr, check_mcpu
 
 
 class HostParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     threads: int | None = Field(None, ge=1, description="worker threads (default: all cores)")
     mcpu: str | None = Field(None, description="override the detected LLVM -mcpu")
+
+    @field_validator("mcpu")
+    @classmethod
+    def _known_mcpu(cls, value: str | None) -> str | None:
+        # the same check as `llvm`'s: LLVM itself would only warn and build generic code
+        return None if value is None else check_mcpu(value, _triple(machine_arch()))
 
 
 @register("targets", "host", params=HostParams,
@@ -75,29 +91,19 @@ class LLVMParams(BaseModel):
                              f"Valid archs: {', '.join(TRIPLES)}")
         return arch
 
+    @field_validator("mcpu")
+    @classmethod
+    def _known_mcpu(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or "arch" not in info.data:  # a bad arch is reported already
+            return value
+        return check_mcpu(value, _triple(info.data["arch"] or machine_arch()))
+
     @field_validator("mattr")
     @classmethod
-    def _signed_features(cls, value: list[str]) -> list[str]:
-        bad = [f for f in value if not f or f[0] not in "+-"]
-        if bad:
-            raise ValueError(f"mattr entries start with + or - (e.g. '+neon'), got {bad}")
-        return value
-
-    @model_validator(mode="after")
-    def _known_mcpu(self) -> LLVMParams:
-        if self.mcpu is None:
-            return self
-        from tvm.target import codegen
-
-        triple = _triple(self.resolved_arch)
-        if not codegen.llvm_is_valid_cpu(self.mcpu, triple):
-            import tvm
-
-            cpus = [str(c) for c in codegen.llvm_get_cpu_archlist(
-                tvm.target.Target({"kind": "llvm", "mtriple": triple}))]
-            raise ValueError(f"mcpu '{self.mcpu}' is not a CPU LLVM knows for {triple}."
-                             f"{_nearest(self.mcpu, cpus)}")
-        return self
+    def _known_features(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        if "arch" not in info.data:
+            return value
+        return check_mattr(value, _triple(info.data["arch"] or machine_arch()))
 
     @property
     def resolved_arch(self) -> str:
@@ -177,6 +183,11 @@ class CUDAParams(BaseModel):
     host: LLVMParams = Field(default_factory=LLVMParams,
                              description="the CPU side (an `llvm` target's params)")
 
+    @field_validator("arch")
+    @classmethod
+    def _known_arch(cls, value: str | None) -> str | None:
+        return None if value is None else check_cuda_arch(value)
+
 
 def cuda_spec(params: CUDAParams, *, board: bool = False) -> TargetSpec:
     """The TargetSpec of a CUDA target; `board`: a remote board's GPU (not looked for)."""
@@ -230,7 +241,13 @@ class RemoteParams(BaseModel):
 
     @model_validator(mode="after")
     def _board_params(self) -> RemoteParams:
-        board = self.board_option().parse_params(self.target.params)  # fail at config time
+        try:  # fail at config time, each error at its own key (target.params.<key>)
+            board = self.board_option().parse_params(self.target.params)
+        except ValidationError as exc:
+            raise ValidationError.from_exception_data(exc.title, [
+                InitErrorDetails(type=e["type"], loc=("target", "params", *e["loc"]),
+                                 input=e["input"], ctx=e.get("ctx", {}))
+                for e in exc.errors()]) from None
         if isinstance(board, CUDAParams) and board.arch is None:
             raise ValueError("a remote CUDA board needs its arch set (e.g. sm_72 for a "
                              "Jetson AGX Xavier): it cannot be detected from here")
