@@ -176,7 +176,7 @@ def test_int8_onnxruntime_baseline_runs_the_quantized_model(tmp_path: Path) -> N
     by_tuning = {r["tuning"]: r for r in rows(tmp_path)}
     ort, pt = by_tuning["onnxruntime"], by_tuning["pytorch"]
     assert ort["status"] == "ok" and ort["verified"] == 1 and ort["precision"] == "int8"
-    assert ort["verification_reference"] == "onnxruntime"
+    assert ort["verification_reference"] == "qdq"  # the literal QDQ function
     assert ort["runtime_info"]["model"] == "int8 QDQ model from the compress stage"
     assert ort["accuracy"] == ort["ort_accuracy"] and ort["accuracy_source"] == "onnxruntime"
     # the very bytes the compress stage quantized

@@ -97,6 +97,14 @@ def test_invalid_levels() -> None:
 def test_split_epochs() -> None:
     assert _split_epochs(210, 8) == [27, 27, 26, 26, 26, 26, 26, 26]
     assert _split_epochs(1, 3) == [1, 0, 0]
+    # a level known to be used gets the remainder first, then the levels leading to it
+    assert _split_epochs(2, 7, used=2) == [0, 1, 1, 0, 0, 0, 0]
+    assert _split_epochs(1, 7, used=6) == [0, 0, 0, 0, 0, 0, 1]
+    assert _split_epochs(9, 7, used=2) == [1, 2, 2, 1, 1, 1, 1]
+    assert _split_epochs(14, 7, used=2) == [2] * 7
+    assert _split_epochs(0, 3, used=1) == [0, 0, 0]
+    with pytest.raises(ValueError):
+        _split_epochs(2, 3, used=3)
 
 
 @pytest.fixture(scope="module")
@@ -339,3 +347,40 @@ def test_weight_pruning_option_records_levels_and_elbow(digits, tmp_path) -> Non
     assert (result.info["chosen_level"], result.info["selected_by"]) == (0.8, "elbow")
     assert result.info["compression_ratio"] == pytest.approx(5.0)
     assert conv_sparsity(result.model) == pytest.approx(0.8, abs=0.005)
+
+
+# --- fine-tuning reaches the level a point uses ---------------------------------------------
+
+
+def test_fixed_level_gets_fine_tuning_with_fewer_epochs_than_levels(scripted, digits) -> None:  # noqa: ANN001
+    """The issue's case: `level: 0.7` over the paper's 7 levels with 2 fine-tuning epochs
+    once gave 0.7 no epochs (accuracy 0.114 against 0.861 at 0.6)."""
+    script = scripted([0.8] * 7)
+    params = WeightPruningParams(level=0.7)
+    result = weight_pruning(params, _tiny(), _ctx(digits, finetune_epochs=2))
+    info = result.info
+    assert [r["level"] for r in info["levels"]] == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99]
+    assert [r["finetune_epochs"] for r in info["levels"]] == [0, 1, 1, 0, 0, 0, 0]
+    assert script.epochs == [1, 1]
+    assert (info["chosen_level"], info["chosen_finetune_epochs"]) == (0.7, 1)
+    assert info["unfinetuned_levels"] == [0.5, 0.8, 0.9, 0.95, 0.99]
+    (warning,) = result.warnings  # said, but not about the level used
+    assert "0.5, 0.8, 0.9, 0.95, 0.99 got no fine-tuning" in warning
+    assert "finetune_epochs 2 is fewer than the 7" in warning
+
+
+def test_elbow_level_without_fine_tuning_is_said(scripted, digits) -> None:  # noqa: ANN001
+    scripted([0.9, 0.9, 0.9])  # every level within the drop: the elbow is the last one
+    result = weight_pruning(WeightPruningParams(levels=[0.5, 0.6, 0.7]), _tiny(),
+                            _ctx(digits, finetune_epochs=1))
+    assert result.info["chosen_level"] == 0.7 and result.info["chosen_finetune_epochs"] == 0
+    assert any("the level used, 0.7, got no fine-tuning" in w for w in result.warnings)
+    scripted([0.9, 0.9])
+    result = weight_pruning(WeightPruningParams(levels=[0.5, 0.6]), _tiny(),
+                            _ctx(digits, finetune_epochs=0))
+    (warning,) = result.warnings
+    assert warning.startswith("budgets.finetune_epochs is 0: no pruning level was fine-tuned")
+    scripted([0.9, 0.9])  # enough epochs: nothing to say
+    result = weight_pruning(WeightPruningParams(levels=[0.5, 0.6]), _tiny(),
+                            _ctx(digits, finetune_epochs=2))
+    assert result.warnings == [] and result.info["unfinetuned_levels"] == []

@@ -299,3 +299,21 @@ def test_pretrained_model_is_not_trained_and_context_names_the_model(
     # training budgets do not apply to a pretrained model: nothing is redone
     again = run(sweep(3), tmp_path)
     assert again.ok == 1 and again.recomputed_nothing and again.reused["train"] == 1
+
+
+def test_pruning_levels_left_without_fine_tuning_are_said_and_recorded(
+        tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One fine-tuning epoch over two levels with the second fixed: it gets the epoch, and
+    the first level's missing fine-tuning is printed and stored with the row."""
+    text = tiny_sweep(compression=["weight_pruning"]).replace(
+        "  - weight_pruning",
+        "  - name: weight_pruning\n    params: {levels: [0.5, 0.7], level: 0.7}")
+    report = run(text, tmp_path, shared_cache)
+    assert report.ok == 1, report.rows[0].get("error")
+    (row,) = rows(tmp_path)
+    info = row["compression_info"]
+    assert [lv["finetune_epochs"] for lv in info["levels"]] == [0, 1]
+    assert info["chosen_finetune_epochs"] == 1 and info["unfinetuned_levels"] == [0.5]
+    (warning,) = info["warnings"]
+    assert "level(s) 0.5 got no fine-tuning" in warning
+    assert "level(s) 0.5 got no fine-tuning" in capsys.readouterr().out.replace("\n", " ")

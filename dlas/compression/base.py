@@ -79,6 +79,9 @@ class CompressionResult:
     info: dict[str, Any] = field(default_factory=dict)
     #: None: deploy `model` as it is (float32).
     deployment: Deployment | None = None
+    #: What the user must know about this result (e.g. pruning levels left without
+    #: fine-tuning): printed by the runner and recorded in the row's compression info.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def precision(self) -> str:

@@ -53,7 +53,8 @@ class PruningParams(BaseModel):
     level: float | None = Field(
         None, gt=0, lt=1,
         description="use this level (one of `levels`) instead of the elbow; the schedule "
-                    "still runs every level, for the accuracy curve")
+                    "still runs every level, for the accuracy curve, and with fewer "
+                    "fine-tuning epochs than levels this level gets its epoch first")
     level_by_model: dict[str, float] = Field(
         {},
         description="per model option name, the level to use (one of `levels`); "
@@ -128,7 +129,7 @@ def _prune_and_choose(params: PruningParams, model: nn.Module, ctx: CompressionC
                       ) -> tuple[nn.Module, dict[str, Any]]:
     """Run the schedule, keep the chosen level's model, and describe it (the keys the
     report reads: levels, chosen_level, max_drop, compression_ratio)."""
-    from dlas.compression.elbow import fixed_level, ideal_speedup, select_level
+    from dlas.compression.elbow import find_level, fixed_level, ideal_speedup, select_level
     from dlas.compression.pruning import iterative_pruning
 
     fixed = fixed_level(params.level, params.level_by_model, _model_name(ctx))
@@ -137,12 +138,15 @@ def _prune_and_choose(params: PruningParams, model: nn.Module, ctx: CompressionC
         selection = select_level(records, ctx.dense_accuracy, params.max_drop, fixed)
         return None if selection is None else selection.index
 
+    epochs = ctx.budgets.finetune_epochs
     model, records, _ = iterative_pruning(
-        model, ctx.bundle, params.levels, ctx.budgets.finetune_epochs, prune_step,
-        lr=ctx.budgets.finetune_lr, settings=ctx.fit_settings, choose=choose)
+        model, ctx.bundle, params.levels, epochs, prune_step,
+        lr=ctx.budgets.finetune_lr, settings=ctx.fit_settings, choose=choose,
+        used=None if fixed is None else find_level(params.levels, fixed[0]))
     selection = select_level(records, ctx.dense_accuracy, params.max_drop, fixed)
     assert selection is not None  # the schedule returned, so a level was chosen
     chosen = records[selection.index]
+    unfinetuned = [r["level"] for r in records if r["finetune_epochs"] == 0]
     info = {
         "levels": records,
         "chosen_level": selection.level,
@@ -154,12 +158,36 @@ def _prune_and_choose(params: PruningParams, model: nn.Module, ctx: CompressionC
         "within_drop": selection.within_drop,
         "selection": selection.note,
         "compression_ratio": ideal_speedup(selection.level),
+        "chosen_finetune_epochs": chosen["finetune_epochs"],
+        "unfinetuned_levels": unfinetuned,
     }
     return model, info
 
 
+def finetune_warnings(info: dict[str, Any], finetune_epochs: int) -> list[str]:
+    """What a pruning result must say about levels left without fine-tuning: their
+    accuracy is the pruned model's before any recovery, and for the level used that is
+    the accuracy the point reports."""
+    unfinetuned = info.get("unfinetuned_levels") or []
+    if not unfinetuned:
+        return []
+    levels = ", ".join(f"{level:g}" for level in unfinetuned)
+    count = len(info.get("levels") or [])
+    if finetune_epochs == 0:
+        return [f"budgets.finetune_epochs is 0: no pruning level was fine-tuned, so the "
+                f"level used ({info['chosen_level']:g}) reports its accuracy straight "
+                "after pruning"]
+    notes = [f"budgets.finetune_epochs {finetune_epochs} is fewer than the {count} pruning "
+             f"levels: level(s) {levels} got no fine-tuning (their accuracy is before any "
+             "recovery); raise finetune_epochs or give fewer `levels`"]
+    if info.get("chosen_finetune_epochs") == 0:
+        notes.append(f"the level used, {info['chosen_level']:g}, got no fine-tuning: its "
+                     "accuracy is not what fine-tuning would recover")
+    return notes
+
+
 @register("compression", "weight_pruning", params=WeightPruningParams, tags={"sparse"},
-          version="2",
+          version="3",  # v3: a fixed level gets its share of fine-tuning first
           description="global L1 unstructured pruning of conv weights, iterative with "
                       "fine-tuning between levels; the level used is the elbow (the "
                       "paper's 'weight pruning')")
@@ -169,7 +197,8 @@ def weight_pruning(params: WeightPruningParams, model: nn.Module,
     from dlas.compression.pruning import prune_weights_global_l1
 
     model, info = _prune_and_choose(params, model, ctx, prune_weights_global_l1)
-    return CompressionResult(model, info)
+    return CompressionResult(model, info,
+                             warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
 
 
 class ChannelPruningParams(PruningParams):
@@ -193,7 +222,8 @@ def _channel_pruning(params: ChannelPruningParams, model: nn.Module,
 
 
 @register("compression", "channel_pruning", params=ChannelPruningParams, tags={"sparse"},
-          version="2",  # v2: L1 per weight, a layer's last filter pruned last
+          version="3",  # v2: L1 per weight, a layer's last filter pruned last; v3: fine-tuning
+          # of a fixed level first
           description="global L1 structured pruning of conv output channels (whole filters "
                       "masked to zero, shape kept), iterative with fine-tuning; the level "
                       "used is the elbow (the paper's 'channel pruning')")
@@ -202,11 +232,12 @@ def channel_pruning(params: ChannelPruningParams, model: nn.Module,
     from dlas.compression.base import CompressionResult
 
     model, info = _channel_pruning(params, model, ctx)
-    return CompressionResult(model, info)
+    return CompressionResult(model, info,
+                             warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
 
 
 @register("compression", "channel_pruning_physical", params=ChannelPruningParams,
-          version="2",
+          version="3",
           description="channel_pruning, then the pruned channels and everything coupled to "
                       "them removed (torch-pruning): a smaller dense model computing the "
                       "same function")
@@ -222,4 +253,5 @@ def channel_pruning_physical(params: ChannelPruningParams, model: nn.Module,
                           generator=torch.Generator().manual_seed(ctx.budgets.seed))
     model, removal = remove_zero_channels(model, example)
     info.update(removal)
-    return CompressionResult(model, info)
+    return CompressionResult(model, info,
+                             warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))

@@ -101,10 +101,28 @@ def is_pruned(model: nn.Module) -> bool:
     )
 
 
-def _split_epochs(total: int, parts: int) -> list[int]:
-    """Split ``total`` epochs as evenly as possible; earlier levels get the remainder."""
+def _split_epochs(total: int, parts: int, used: int | None = None) -> list[int]:
+    """Split ``total`` epochs over ``parts`` levels as evenly as possible.
+
+    The remainder goes first to the level ``used`` (the one whose model the point keeps,
+    when it is known before the schedule runs: a fixed level), then to the levels before
+    it, nearest first (the ones its model went through), then to the later ones; without
+    ``used``, to the earlier levels. So with fewer epochs than levels the level used is
+    never left without fine-tuning: 2 epochs over 7 levels with level 3 used is
+    [0, 1, 1, 0, 0, 0, 0], not [1, 1, 0, ...].
+    """
+    if parts < 1:
+        raise ValueError(f"cannot split epochs over {parts} levels")
     base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
+    order = list(range(parts))
+    if used is not None:
+        if not 0 <= used < parts:
+            raise ValueError(f"level index {used} is not among {parts} levels")
+        order = [used, *range(used - 1, -1, -1), *range(used + 1, parts)]
+    split = [base] * parts
+    for index in order[:extra]:
+        split[index] += 1
+    return split
 
 
 #: ``prune_step(model, level)`` prunes ``model`` in place to ``level`` (masks, kept across
@@ -135,12 +153,15 @@ def iterative_pruning(
     settings: FitSettings | None = None,
     choose: Chooser | None = None,
     permanent: bool = True,
+    used: int | None = None,
 ) -> tuple[nn.Module, list[dict[str, Any]], int]:
     """The paper's schedule: prune to each level in turn, fine-tuning after each step, and
     return the model at the level ``choose`` picks (default: the last).
 
     ``finetune_epochs`` is the total, split evenly over the levels (the paper: 210 for
-    CIFAR-10). Records hold the level, the measured conv sparsity, the test accuracy after
+    CIFAR-10); ``used`` is the index of the level whose model will be kept when the caller
+    knows it in advance (a fixed level), which then gets the remainder first
+    (``_split_epochs``). Records hold the level, the measured conv sparsity, the test accuracy after
     that level's fine-tuning and its epochs. Only the state of the level currently chosen
     is kept in memory (a copy of its state_dict), so a long schedule does not hold every
     level. With a ``settings.checkpoint_dir`` each level fine-tunes into its own subfolder,
@@ -161,7 +182,7 @@ def iterative_pruning(
     kept: tuple[int, dict[str, torch.Tensor]] | None = None
     last = len(ordered) - 1
     for index, (level, epochs) in enumerate(
-        zip(ordered, _split_epochs(finetune_epochs, len(ordered)), strict=True)
+        zip(ordered, _split_epochs(finetune_epochs, len(ordered), used), strict=True)
     ):
         prune_step(model, level)
         if epochs > 0:

@@ -232,6 +232,10 @@ class Runner:
                 model_name=point.models.name,
             )
             result = choice.option.fn(choice.params, copy.deepcopy(dense), ctx)
+            for warning in result.warnings:
+                self.console.note(f"{choice.label}: {warning}")
+            if result.warnings:
+                result.info["warnings"] = list(result.warnings)
             model = result.model.eval()
             precision = result.precision
             torch.save(model, tmp / "model.pt")
