@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from rich.markup import escape
 from rich.table import Table
 
@@ -18,10 +20,57 @@ from dlas.sweep.config import ConfigError, load_config
 console = make_console()
 
 
+class UsageError(ValueError):
+    """A command-line argument that cannot be used (exit 2, like a bad config)."""
+
+
+def _folder_arg(path: Path, flag: str) -> Path:
+    """`path` if it is, or can become, a folder; a file in its place is a usage error
+    (otherwise mkdir fails deep inside a stage with a raw traceback)."""
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UsageError(f"{flag} {path}: {part} is a file, not a folder; give a "
+                                 "folder path (it is created if missing)")
+            break
+    return path
+
+
+def _file_arg(path: Path, flag: str) -> Path:
+    """`path` if a file can be written there: its folder exists and it is no folder."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file path, e.g. {path / 'out'}")
+    if not path.parent.is_dir():
+        raise UsageError(f"{flag} {path}: folder {path.parent} does not exist; create it "
+                         "first or choose another path")
+    return path
+
+
 def _workspace(args: argparse.Namespace):  # -> Workspace (import kept lazy for fast --help)
     from dlas.runner.runner import Workspace
 
-    return Workspace(Path(args.workspace), Path(args.cache_dir) if args.cache_dir else None)
+    root = _folder_arg(Path(args.workspace), "--workspace")
+    cache = _folder_arg(Path(args.cache_dir), "--cache-dir") if args.cache_dir else None
+    if cache is None:
+        _folder_arg(root / "cache", "--workspace")
+    return Workspace(root, cache)
+
+
+def _default_text(field: FieldInfo) -> str:
+    """How `dlas plugins` shows a parameter's default: "required" when it has none, the
+    value a `default_factory` makes (pydantic keeps `PydanticUndefined` as `.default`
+    for those), else the default itself."""
+    if field.is_required():
+        return "required"
+    value = field.default
+    if field.default_factory is not None:
+        try:
+            value = field.get_default(call_default_factory=True)
+        except Exception:  # noqa: BLE001 - a factory that needs validated data
+            return "=(computed)"
+    if isinstance(value, BaseModel):  # as a config would write it: only what is set
+        return f"={value.model_dump(mode='json', exclude_defaults=True)!r}"
+    return f"={value!r}"
 
 
 def _schema_summary(option: registry.Option) -> str:
@@ -29,8 +78,7 @@ def _schema_summary(option: registry.Option) -> str:
     for name, field in option.params.model_fields.items():
         ann = field.annotation
         kind = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
-        default = "required" if field.is_required() else f"={field.default!r}"
-        parts.append(f"{name}: {kind} {default}")
+        parts.append(f"{name}: {kind} {_default_text(field)}")
     return "; ".join(parts) or "-"
 
 
@@ -106,7 +154,7 @@ def cmd_results(args: argparse.Namespace) -> int:
     with ResultStore(ws.db_path) as store:
         rows = store.rows(sweep=args.sweep, status=args.status)
         if args.csv:
-            n = store.export_csv(Path(args.csv), rows)
+            n = store.export_csv(_file_arg(Path(args.csv), "--csv"), rows)
             console.print(f"wrote {n} rows to {args.csv}")
         if args.json:
             print(json.dumps(rows, indent=1, default=str))
@@ -138,7 +186,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                       f"{', '.join(known) or '(none)'}", markup=False, style="red")
         return 2
     sweeps = [args.sweep] if args.sweep else None
-    out = Path(args.out) if args.out else ws.root / "report"
+    out = _folder_arg(Path(args.out), "--out") if args.out else ws.root / "report"
     keys = current_point_keys(experiment) if experiment else None
     files = build_report(ws.db_path, out, sweeps=sweeps, experiment=experiment,
                          point_keys=keys)
@@ -154,7 +202,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from dlas.report.reproduce import reproduce
 
     result = reproduce(args.experiment, args.profile, _workspace(args),
-                       out=Path(args.out) if args.out else None,
+                       out=_folder_arg(Path(args.out), "--out") if args.out else None,
                        skip_unregistered=args.skip_unregistered,
                        progress=not args.no_progress, retry_failed=args.retry_failed)
     console.print(f"sweep config: {result.sweep_file}")
@@ -234,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ConfigError, registry.PluginLoadError) as exc:
+    except (ConfigError, UsageError, registry.PluginLoadError) as exc:
         console.print(f"error: {exc}", markup=False, style="red")
         return 2
 

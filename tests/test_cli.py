@@ -125,3 +125,97 @@ budgets: {epochs: 10, batch_size: 64, measure_repeat: 3, verify_samples: 2}
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "resuming training from epoch" in rerun.stdout + rerun.stderr
     assert "1 ok, 0 failed" in rerun.stdout
+
+
+# --- bad input: exit 2, file:line and what to do, never a traceback ------------------------
+
+BASE = "name: x\ndatasets: [digits]\nmodels: [resnet18]\n"
+
+
+@pytest.mark.parametrize("content, expected", [
+    (BASE + "algorithms: []\n", "bad.yaml:4: 'algorithms' lists no options"),
+    (BASE + "algorithms: [direct, gemm, direct]\n",
+     "bad.yaml:4: algorithms option 'direct' is listed twice"),
+    (BASE + "budgets:\n  epochs: 1\n  epochs: 2\n",
+     "bad.yaml:6: key 'epochs' is written twice in the same mapping (first at line 5)"),
+    (BASE + "targets:\n  - name: host\n    params: {mcpu: znver9}\n",
+     "bad.yaml:6: 'targets[0].params.mcpu': mcpu 'znver9' is not a CPU LLVM knows"),
+    (BASE + "budgets: {measure_repeat: 0}\n", "bad.yaml:4: 'budgets.measure_repeat'"),
+    (BASE + "exclude:\n  - {models: resnet18}\n", "leave out every point"),
+    ("", "bad.yaml: the file is empty"),
+    ("- digits\n", "bad.yaml: the sweep config is a YAML list, not a mapping"),
+])
+@pytest.mark.parametrize("command", ["plan", "run"])
+def test_bad_config_exits_2_with_where_and_what(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                command: str, content: str,
+                                                expected: str) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    ws = ["--workspace", str(tmp_path / "ws")]
+    assert main([command, str(config), *ws]) == 2
+    out = capsys.readouterr().out.replace(str(config), "bad.yaml")
+    assert out.startswith("error: ") and expected in out
+    assert not (tmp_path / "ws").exists()  # refused before any work
+
+
+def test_unreadable_config_and_bad_paths_exit_2(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """`main` returning 2 (not raising) is what keeps a traceback off the user's screen."""
+    binary = tmp_path / "sweep.yaml"
+    binary.write_bytes(b"name: x\n\xff\xfe\n")
+    good = tmp_path / "good.yaml"
+    good.write_text(BASE)
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    cases = [
+        (["plan", str(binary)], f"{binary}:2: not UTF-8 text"),
+        (["plan", str(tmp_path)], "is a directory; give the path of a sweep config file"),
+        (["run", str(tmp_path / "nope.yaml")], "sweep config not found"),
+        (["plan", str(good), "--workspace", str(not_a_folder)],
+         f"--workspace {not_a_folder}: {not_a_folder} is a file, not a folder"),
+        (["plan", str(good), "--cache-dir", str(not_a_folder)], "is a file, not a folder"),
+        (["results", "--workspace", str(not_a_folder / "sub")], "is a file, not a folder"),
+        (["reproduce", "no_such_experiment", "--workspace", str(tmp_path / "ws")],
+         "unknown experiment 'no_such_experiment'"),
+    ]
+    for argv, expected in cases:
+        assert main(argv) == 2, argv
+        assert expected in capsys.readouterr().out, argv
+
+
+def test_not_utf8_config_from_the_shell_is_one_line(tmp_path: Path) -> None:
+    """Run as a user would: the process's whole output is the one-line error."""
+    binary = tmp_path / "sweep.yaml"
+    binary.write_bytes(b"name: x\n\xff\xfe\n")
+    result = subprocess.run([*DLAS, "plan", str(binary)], env=_env(PYTHONPATH=str(REPO)),
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stdout.startswith(f"error: {binary}:2: not UTF-8 text")
+
+
+def test_plugins_shows_required_and_factory_defaults(capsys: pytest.CaptureFixture) -> None:
+    from pydantic import BaseModel, Field
+
+    from dlas import registry
+    from dlas.cli import _schema_summary
+
+    class Params(BaseModel):
+        threshold: float = Field(gt=0)
+        levels: list[float] = Field(default_factory=lambda: [0.5, 0.9])
+        note: str = "x"
+
+    @registry.register("compression", "test_required_param", params=Params,
+                       description="test")
+    def _opt(params, model, ctx):  # pragma: no cover - only listed
+        raise AssertionError
+
+    try:
+        summary = _schema_summary(registry.get("compression", "test_required_param"))
+        assert summary == "threshold: float required; levels: list[float] =[0.5, 0.9]; " \
+                          "note: str ='x'"
+        assert main(["plugins"]) == 0
+        out = capsys.readouterr().out
+        assert "PydanticUndefined" not in out
+        assert "target: BoardTarget ={'name': 'llvm'}" in out  # a model default, as written
+    finally:
+        registry.unregister("compression", "test_required_param")
