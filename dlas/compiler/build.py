@@ -46,6 +46,7 @@ from ..algorithms.base import (
     tag_conv_block,
 )
 from ..targets.arch import export_suffix
+from . import fallbacks as fallback_notes
 from .minimal_schedule import schedule_prim_func
 from .relax_import import ImportedModel
 
@@ -163,13 +164,12 @@ class ConvLegalizer:
             reason = self._reason(algorithm, spec, weight_value)
             fallback = algorithm.fallback() if reason is not None else None
             if fallback is not None and self._reason(fallback, spec, weight_value) is None:
-                self.fallbacks.append(
-                    f"conv {index} {describe(spec)}: {algorithm.name}: {reason}; "
-                    f"computed with {fallback.name}")
+                self.fallbacks.append(fallback_notes.algorithm_fallback(
+                    index, describe(spec), algorithm.name, reason, fallback.name))
                 algorithm, reason = fallback, None
         if reason is not None:
             where = describe(spec) if spec is not None else "conv2d"
-            self.fallbacks.append(f"conv {index} {where}: {reason}; default TVM lowering")
+            self.fallbacks.append(fallback_notes.default_lowering(index, where, reason))
             return self.default(bb, call)
         self.used[algorithm.name] = algorithm
         constants = algorithm.weight_constants(spec, weight_value)
@@ -341,6 +341,6 @@ def compile_model(
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))
     for line in result.fallbacks:
         # a documented fallback algorithm is expected; TVM's own lowering is worth a warning
-        level = logging.WARNING if line.endswith("default TVM lowering") else logging.INFO
+        level = logging.WARNING if fallback_notes.is_default_lowering(line) else logging.INFO
         log.log(level, "fallback: %s", line)
     return result

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.verify import REFERENCE_NAMES
 
 if TYPE_CHECKING:
@@ -120,8 +121,8 @@ class RunConsole:
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
         fallbacks = row.get("conv_fallbacks") or []
         if fallbacks:
-            self.out.print(f"    [yellow]{len(fallbacks)} conv(s) fell back to TVM's default "
-                           f"lowering[/] (recorded in conv_fallbacks):")
+            said = escape(fallback_summary(fallbacks, row.get("algorithm")))
+            self.out.print(f"    [yellow]{said}[/] (recorded in conv_fallbacks):")
             for line in fallbacks:
                 self.out.print(f"      {line}", markup=False)
 
