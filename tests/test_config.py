@@ -275,3 +275,27 @@ def test_exclude_rules_that_together_leave_out_every_point() -> None:
     assert [p.algorithms.name for p in points] == ["onnxruntime"]
     text += "  - {tuning: onnxruntime}\n"
     assert "leave out every point" in _error(text)
+
+
+def test_unknown_param_of_a_lax_plugin_schema_is_still_an_error() -> None:
+    """A third-party schema without extra="forbid" would drop a misspelled key silently."""
+
+    class Lax(BaseModel):
+        threshold: float = 0.5
+
+    class Free(BaseModel):
+        model_config = {"extra": "allow"}
+
+    @registry.register("compression", "test_lax", params=Lax, description="test")
+    @registry.register("compression", "test_free", params=Free, description="test")
+    def _opt(params, model, ctx):  # pragma: no cover - never run
+        raise AssertionError
+
+    try:
+        msg = _error(BASE + "compression:\n  - name: test_lax\n    params: {treshold: 0.3}\n")
+        assert ("s.yaml:6: unknown key 'compression[0].params.treshold'. Did you mean "
+                "'threshold'?") in msg
+        parse_config(BASE + "compression:\n  - name: test_free\n    params: {anything: 1}\n")
+    finally:
+        registry.unregister("compression", "test_lax")
+        registry.unregister("compression", "test_free")

@@ -140,6 +140,7 @@ def parse_config(text: str, source: str = "<config>") -> SweepConfig:
                 parsed.append((i, spec, option.parse_params(spec.params)))
             except ValidationError as exc:
                 problems += validate.describe(exc, where, (layer, i, "params"), option.params)
+            problems += validate.ignored_params(layer, i, option.params, spec.params, where)
         problems += validate.duplicate_choices(layer, parsed, where)
     problems += validate.exclude_rules(config, where)
     if not problems:  # the rules only mean something once every name is known

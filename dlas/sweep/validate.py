@@ -121,6 +121,25 @@ def empty_axes(raw: dict[str, Any], where: Where, defaults: dict[str, list[str]]
     return problems
 
 
+def ignored_params(layer: str, index: int, params_model: type[BaseModel],
+                   raw: dict[str, Any], where: Where) -> list[str]:
+    """Parameter keys an option's schema would silently drop.
+
+    A third-party schema without `extra="forbid"` ignores unknown keys, so a misspelled
+    parameter would run with its default; unless the schema asks for extra keys
+    (`extra="allow"`), an unknown key is an error here whatever the schema says.
+    """
+    if params_model.model_config.get("extra") in ("forbid", "allow"):
+        return []
+    known = set()
+    for name, field in params_model.model_fields.items():
+        known |= {name, field.alias} | ({field.validation_alias}
+                                        if isinstance(field.validation_alias, str) else set())
+    return [f"{where((layer, index, 'params', key))}: unknown key "
+            f"'{dotted((layer, index, 'params', key))}'{_unknown_key_hint(params_model, key)}"
+            for key in raw if key not in known]
+
+
 def _identity(spec: Any, params: BaseModel) -> str:
     return json.dumps([spec.name, params.model_dump(mode="json")], sort_keys=True,
                       default=str)

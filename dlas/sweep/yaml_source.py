@@ -89,11 +89,12 @@ def _line_map(node: yaml.Node, loc: Loc = (), out: dict[Loc, int] | None = None)
     return out
 
 
-def load_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
+def load_yaml(text: str, source: str, what: str = "sweep config") -> tuple[Any, dict[Loc, int]]:
     """The data of one YAML document and the line of every key path in it.
 
     Raises ConfigError for invalid YAML and for any key written twice in one mapping
-    (every duplicate in the file is listed, each with both of its lines).
+    (every duplicate in the file is listed, each with both of its lines). `what` names
+    the kind of file in messages (any YAML the user writes can be read this way).
     """
     loader = StrictLoader(text)
     try:
@@ -104,7 +105,7 @@ def load_yaml(text: str, source: str) -> tuple[Any, dict[Loc, int]]:
     finally:
         loader.dispose()
     if loader.duplicates:
-        raise ConfigError("invalid sweep config:\n  " + "\n  ".join(
+        raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(
             f"{source}:{d.line}: key '{d.key}' is written twice in the same mapping "
             f"(first at {d.first()}); YAML would silently keep only the last "
             "value: delete one of them" for d in loader.duplicates))
