@@ -202,19 +202,6 @@ def exclude_rules(config: SweepConfig, where: Where) -> list[str]:
     return problems
 
 
-def _names_per_layer(config: SweepConfig) -> list[list[str]]:
-    from dlas.sweep.grid import BASELINE_TAG
-
-    out = []
-    for layer in registry.LAYERS:
-        names = list(dict.fromkeys(s.name for s in config.options(layer)))
-        if layer == "algorithms":  # a baseline's points take its own name on this axis
-            names += [s.name for s in config.options("tuning")
-                      if BASELINE_TAG in registry.get("tuning", s.name).tags]
-        out.append(names)
-    return out
-
-
 def _rule_matches(rule: dict[str, str | list[str]], combo: dict[str, str]) -> bool:
     return all(combo[layer] in ([n] if isinstance(n, str) else n) for layer, n in rule.items())
 
@@ -228,12 +215,12 @@ def everything_excluded(config: SweepConfig, where: Where) -> list[str]:
 
     baselines = {s.name for s in config.options("tuning")
                  if BASELINE_TAG in registry.get("tuning", s.name).tags}
-    for combo in itertools.product(*_names_per_layer(config)):
+    axes = [list(dict.fromkeys(s.name for s in config.options(layer)))
+            for layer in registry.LAYERS]
+    for combo in itertools.product(*axes):
         names = dict(zip(registry.LAYERS, combo, strict=True))
-        if (names["tuning"] in baselines) != (names["algorithms"] in baselines):
-            continue  # baselines pair only with their own stand-in, and only they do
-        if names["tuning"] in baselines and names["algorithms"] != names["tuning"]:
-            continue
+        if names["tuning"] in baselines:  # as in grid.expand: the runtime's own stand-in
+            names["algorithms"] = names["tuning"]
         if not any(_rule_matches(rule, names) for rule in config.exclude):
             return []
     return [f"{where(('exclude',))}: the exclude rules leave out every point of the grid, "
