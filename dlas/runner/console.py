@@ -14,7 +14,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dlas.compiler.fallbacks import summary as fallback_summary
-from dlas.measure.verify import REFERENCE_NAMES
 
 if TYPE_CHECKING:
     from dlas.runner.runner import RunReport, Workspace
@@ -106,6 +105,8 @@ class RunConsole:
         detail = ""
         if status == "ok":
             source = f" ({row['accuracy_source']})" if row.get("accuracy_source") else ""
+            from dlas.measure.verify import REFERENCE_NAMES  # lazy: keeps `dlas --help` fast
+
             reference = REFERENCE_NAMES.get(row.get("verification_reference") or "pytorch",
                                             "PyTorch")
             detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
