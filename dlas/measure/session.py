@@ -15,6 +15,13 @@
   fastest cores first, which is what a big.LITTLE board such as the HiKey 970 wants).
   The pool size the board reports is what gets recorded.
 
+Noise (`dlas.measure.sampling`): a session says how its timings are guarded against a busy
+machine. The local CPU session watches the other processes on this machine's CPUs and
+re-takes chunks timed while they were busy; the local GPU session does the same for its
+one host (dispatch) thread and also re-takes a dispersed measurement, since GPU-side
+contention is invisible to the probe; a board over RPC can only be judged by the
+dispersion of its samples.
+
 Errors say what to do: an unreachable tracker names host:port and how to start one; no
 free board within the request timeout names the key and what the tracker reports.
 """
@@ -30,6 +37,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
+from dlas.measure.sampling import CpuLoadProbe
 from dlas.targets.base import RPCTracker, TargetSpec
 
 #: TVM's ThreadPool mode: threads on the fastest ("big") cores first.
@@ -62,6 +70,15 @@ class Session(AbstractContextManager):
     def threads_in_use(self) -> int | None:
         return None
 
+    #: Re-take a whole measurement whose samples are too dispersed: for devices whose
+    #: contention this machine cannot observe directly.
+    retake_on_cv: bool = True
+
+    def load_probe(self) -> CpuLoadProbe | None:
+        """What watches this machine for other work while samples are taken, if the
+        measurement runs here at all."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -88,6 +105,11 @@ class LocalCPUSession(Session):
 
         return num_threads_in_use()
 
+    retake_on_cv = False  # the probe sees what disturbs a CPU measurement
+
+    def load_probe(self) -> CpuLoadProbe | None:
+        return CpuLoadProbe(self.threads_in_use() or 1)
+
 
 class LocalCUDASession(LocalCPUSession):
     """The GPU of this machine; the host side's threads are sized as on a CPU."""
@@ -104,6 +126,11 @@ class LocalCUDASession(LocalCPUSession):
         with cuda_compiler():  # the library's CUDA source is compiled now
             vm = load_vm(library, self.device)
         return vm
+
+    retake_on_cv = True  # contention on the GPU itself is invisible to the CPU probe
+
+    def load_probe(self) -> CpuLoadProbe | None:
+        return CpuLoadProbe(1)  # the host thread that launches the kernels
 
 
 class RemoteSession(Session):

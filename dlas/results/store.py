@@ -54,8 +54,22 @@ COLUMNS: dict[str, str] = {
     "latency_samples_ms": "TEXT",
     #: coefficient of variation of the samples (std / mean).
     "latency_cv": "REAL",
-    #: 1 when latency_cv exceeds the sweep's budgets.cv_threshold (a noisy machine).
+    #: first and third quartiles of the samples: the spread around the median (IQR).
+    "latency_q1_ms": "REAL",
+    "latency_q3_ms": "REAL",
+    #: 1 when latency_cv exceeds the sweep's budgets.cv_threshold, or when samples taken
+    #: while other processes kept the CPUs busy had to be kept (`noise_reason` says which).
     "noisy": "INTEGER",
+    "noise_reason": "TEXT",
+    #: chunks (or, without a load probe, whole sets) of samples re-taken because the
+    #: machine was busy or the samples dispersed; samples kept although it was busy (the
+    #: retry budget was spent); the most CPU other processes used, in cores, while kept
+    #: samples were taken (NULL where no probe watched: a board, or an older row).
+    "load_retries": "INTEGER",
+    "loaded_samples": "INTEGER",
+    "load_other_cores": "REAL",
+    #: how the samples were obtained (JSON): the probe, the budget, every re-take.
+    "noise_log": "TEXT",
     "measure_repeat": "INTEGER",
     "threads": "INTEGER",
     "compile_s": "REAL",
@@ -94,35 +108,60 @@ COLUMNS: dict[str, str] = {
     "updated_at": "REAL",
 }
 
-#: Columns `dlas results` shows by default (the rest go to CSV).
+#: Columns `dlas results` shows by default (the rest go to CSV). `latency_iqr_ms` is shown,
+#: not stored: Q3 - Q1 of the samples, the spread that goes with the median.
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
-    "sparsity", "latency_median_ms", "latency_std_ms", "latency_cv", "threads", "verified",
+    "sparsity", "latency_median_ms", "latency_iqr_ms", "latency_cv", "threads", "verified",
     "max_abs_diff", "compile_s", "error",
 ]
 
-JSON_COLUMNS = {"latency_samples_ms", "tuning_report",
+JSON_COLUMNS = {"latency_samples_ms", "noise_log", "tuning_report",
                 "conv_fallbacks", "train_history", "compression_info",
                 "stage_seconds", "config", "environment", "runtime_info"}
 
 
-def latency_columns(samples_ms: Iterable[float], cv_threshold: float) -> dict[str, Any]:
+def latency_columns(samples_ms: Iterable[float], cv_threshold: float,
+                    noise: dict[str, Any] | None = None) -> dict[str, Any]:
     """The latency columns of a timed row: statistics of all samples (the median is the
-    reported time), and the noise flag, so a number from a busy machine says so."""
+    reported time, the quartiles its spread), and the noise flag, so a number from a busy
+    machine says so.
+
+    `noise` is how the samples were collected (`dlas.measure.sampling.Sampling.record`);
+    a measurement cached before that record existed has none, and its load columns stay
+    NULL (unknown), not 0.
+    """
     samples = np.asarray(list(samples_ms), dtype=np.float64)
     if samples.size == 0:
         raise ValueError("a timed row needs at least one sample")
     mean, std = float(samples.mean()), float(samples.std())
     cv = std / mean if mean > 0 else None
+    q1, q3 = (float(q) for q in np.percentile(samples, [25, 75]))
+    reasons = []
+    if cv is not None and cv > cv_threshold:
+        reasons.append(f"cv {cv:.0%} > {cv_threshold:.0%}")
+    loaded = (noise or {}).get("loaded_samples") or 0
+    if loaded:
+        cores = noise.get("other_cores_max")  # type: ignore[union-attr]
+        busy = f" (other processes used up to {cores:.2f} cores)" if cores is not None else ""
+        reasons.append(f"{loaded} of {samples.size} samples taken on a busy machine{busy}; "
+                       "retry budget spent")
     return {
         "latency_median_ms": float(np.median(samples)),
         "latency_mean_ms": mean,
         "latency_std_ms": std,
         "latency_min_ms": float(samples.min()),
         "latency_max_ms": float(samples.max()),
+        "latency_q1_ms": q1,
+        "latency_q3_ms": q3,
         "latency_samples_ms": samples.tolist(),
         "latency_cv": cv,
-        "noisy": None if cv is None else int(cv > cv_threshold),
+        "noisy": None if cv is None and not loaded else int(bool(reasons)),
+        "noise_reason": "; ".join(reasons) or None,
+        "load_retries": None if noise is None else noise.get("retries"),
+        "loaded_samples": None if noise is None else loaded,
+        "load_other_cores": None if noise is None else noise.get("other_cores_max"),
+        "noise_log": noise,
     }
 
 

@@ -46,16 +46,48 @@ def _accuracy(row: dict[str, Any], col: str, digits: int = 3) -> str:
 
 
 def noise_mark(row: dict[str, Any]) -> str:
-    """'noisy (cv 12%)' for a row whose samples varied more than the sweep allows, else ''."""
-    cv = row.get("latency_cv")
-    return f"noisy (cv {cv:.0%})" if row.get("noisy") and cv is not None else ""
+    """'noisy (cv 12% > 5%)' for a row whose samples varied more than the sweep allows or
+    were taken on a busy machine (the reason says which), else ''."""
+    if not row.get("noisy"):
+        return ""
+    if row.get("noise_reason"):
+        return f"noisy ({row['noise_reason']})"
+    cv = row.get("latency_cv")  # a row written before noise_reason existed
+    return f"noisy (cv {cv:.0%})" if cv is not None else "noisy"
+
+
+def retake_note(row: dict[str, Any]) -> str:
+    """', 2 re-takes for quiet samples' where the measure stage re-took samples, else ''."""
+    retries = row.get("load_retries")
+    if not retries:
+        return ""
+    return f", {retries} re-take{'s' if retries != 1 else ''} for quiet samples"
 
 
 def _cv(row: dict[str, Any]) -> str:
     cv = row.get("latency_cv")
     if cv is None:
         return "-"
-    return f"[yellow]{cv:.0%} noisy[/]" if row.get("noisy") else f"{cv:.1%}"
+    retakes = f" ({row['load_retries']} re-taken)" if row.get("load_retries") else ""
+    if not row.get("noisy"):
+        return f"{cv:.1%}{retakes}"
+    busy = ", busy machine" if row.get("loaded_samples") else ""
+    return f"[yellow]{cv:.0%} noisy{busy}[/]{retakes}"
+
+
+def iqr_ms(row: dict[str, Any]) -> float | None:
+    """Interquartile range of a row's samples (the spread that goes with its median):
+    from the stored quartiles, else from the raw samples of an older row."""
+    q1, q3 = row.get("latency_q1_ms"), row.get("latency_q3_ms")
+    if q1 is not None and q3 is not None:
+        return float(q3) - float(q1)
+    samples = row.get("latency_samples_ms")
+    if samples:
+        import numpy as np
+
+        lo, hi = np.percentile(np.asarray(samples, dtype=float), [25, 75])
+        return float(hi - lo)
+    return None
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -115,8 +147,9 @@ class RunConsole:
             if row.get("tuning_report"):
                 detail += (f", tuning: {row['tasks_tuned']} tasks tuned "
                            f"({row['tuning_trials']} trials), {row['tasks_reused']} reused")
+            detail += retake_note(row)
             if noise_mark(row):
-                detail += f", [yellow]{noise_mark(row)}[/]"
+                detail += f", [yellow]{escape(noise_mark(row))}[/]"
         elif row.get("error"):
             detail = escape(f" {row.get('error_stage') or ''}: {row['error']}")
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
@@ -188,7 +221,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
     columns = columns or SUMMARY_COLUMNS
     table = Table(title=title, title_justify="left")
     for col in columns:
-        header = "cv" if col == "latency_cv" else col
+        header = {"latency_cv": "cv", "latency_iqr_ms": "IQR ms"}.get(col, col)
         table.add_column(header.replace("latency_", "").replace("_ms", " ms"), overflow="fold")
     for row in rows:
         cells = []
@@ -200,6 +233,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "results",
                 cells.append("-" if value is None else ("yes" if value else "NO"))
             elif col == "latency_cv":
                 cells.append(_cv(row))
+            elif col == "latency_iqr_ms":
+                cells.append(escape(_fmt(iqr_ms(row), 4)))
             elif col == "error" and value:
                 cells.append(escape(str(value)[:120]))
             elif col in ACCURACY_COLUMNS:

@@ -370,6 +370,7 @@ class Runner:
     def _measure(self, point: Point, keys: stages.StageKeys) -> dict[str, Any]:
         """Verify the compiled module, time it, and for reduced precision measure its
         test accuracy (the compiled module is the only place that number exists)."""
+        from dlas.measure.sampling import NoisePolicy, collect_samples
         from dlas.measure.session import Session, open_session
         from dlas.measure.timing import run_batch, time_vm
         from dlas.measure.verify import verify_outputs
@@ -410,15 +411,15 @@ class Runner:
                 with self.console.activity("accuracy of the compiled model"):
                     meta["accuracy"] = _vm_accuracy(vm, bundle.test, device=dev)
             x = imported.inputs[:1]
-            samples: list[float] = []
-            chunk = max(1, min(25, b.measure_repeat // 10 or 1))
             with self.console.measuring(b.measure_repeat) as advance:
-                while len(samples) < b.measure_repeat:
-                    n = min(chunk, b.measure_repeat - len(samples))
-                    samples += time_vm(vm, x, repeat=n, number=b.measure_number,
-                                       warmup=b.warmup if not samples else 0, device=dev)
-                    advance(n)
-            meta["samples_ms"] = [s * 1e3 for s in samples]
+                sampled = collect_samples(
+                    lambda n, warm: time_vm(vm, x, repeat=n, number=b.measure_number,
+                                            warmup=warm, device=dev),
+                    b.measure_repeat, warmup=b.warmup, probe=session.load_probe(),
+                    policy=NoisePolicy.from_budgets(b, retake_on_cv=session.retake_on_cv),
+                    advance=advance, say=self.console.note)
+            meta["samples_ms"] = sampled.samples_ms
+            meta["noise"] = sampled.record()
 
         return self._stage("measure", keys.measure, compute, lambda p, m: m)
 
@@ -427,6 +428,7 @@ class Runner:
         runtime (PyTorch, ONNX Runtime), verified against the same reference outputs as the
         TVM variants, its accuracy where it computes in reduced precision, and its timing
         by the TVM path's method. A runtime that cannot run the model says why."""
+        from dlas.measure.sampling import CpuLoadProbe, NoisePolicy, collect_samples
         from dlas.measure.verify import verify_outputs
         from dlas.targets.host import available_cores
         from dlas.tuning.baselines.base import (
@@ -479,15 +481,15 @@ class Runner:
                     with self.console.activity(f"accuracy in {peer.runtime}"):
                         meta["accuracy"] = peer_accuracy(peer, bundle.test)
                 call = peer.bind(imported.inputs[:1])
-                samples: list[float] = []
-                chunk = max(1, min(25, b.measure_repeat // 10 or 1))
                 with self.console.measuring(b.measure_repeat) as advance:
-                    while len(samples) < b.measure_repeat:
-                        n = min(chunk, b.measure_repeat - len(samples))
-                        samples += time_peer(call, repeat=n, number=b.measure_number,
-                                             warmup=b.warmup if not samples else 0)
-                        advance(n)
-                meta["samples_ms"] = [s * 1e3 for s in samples]
+                    sampled = collect_samples(
+                        lambda n, warm: time_peer(call, repeat=n, number=b.measure_number,
+                                                  warmup=warm),
+                        b.measure_repeat, warmup=b.warmup, probe=CpuLoadProbe(peer.threads),
+                        policy=NoisePolicy.from_budgets(b, retake_on_cv=False),
+                        advance=advance, say=self.console.note)
+                meta["samples_ms"] = sampled.samples_ms
+                meta["noise"] = sampled.record()
             finally:
                 peer.close()
 
@@ -522,7 +524,8 @@ class Runner:
                        error=measured["error"])
             return row
         row.update(status="ok", **latency_columns(measured["samples_ms"],
-                                                  point.budgets.cv_threshold))
+                                                  point.budgets.cv_threshold,
+                                                  measured.get("noise")))
         return row
 
     # -- a point -----------------------------------------------------------------------
@@ -577,7 +580,8 @@ class Runner:
                        error=measured["error"])
             return row
         row.update(status="ok", **latency_columns(measured["samples_ms"],
-                                                  point.budgets.cv_threshold))
+                                                  point.budgets.cv_threshold,
+                                                  measured.get("noise")))
         return row
 
     # -- a sweep -----------------------------------------------------------------------

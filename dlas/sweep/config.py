@@ -52,6 +52,15 @@ class Budgets(BaseModel):
         0.05, ge=0, description="flag a point noisy when its timing samples' coefficient of "
                                 "variation (std/mean) exceeds this; read when the row is "
                                 "written, so no stage is recomputed when it changes")
+    noise_retries: int = Field(
+        5, ge=0, description="re-takes per point of timing samples taken while other "
+                             "processes kept the CPUs busy (or, on a GPU or board, of a "
+                             "measurement dispersed beyond cv_threshold); 0: never re-take")
+    noise_budget_s: float = Field(
+        20.0, ge=0, description="seconds per point the measure stage may spend, beyond the "
+                                "measurement itself, waiting for a busy machine to become "
+                                "quiet and re-taking samples; what is still taken under "
+                                "load is kept and flagged noisy")
 
 
 LAYER_DEFAULTS: dict[str, list[str]] = {

@@ -27,6 +27,12 @@ from dlas.sweep.config import Budgets, ConfigError, SweepConfig
 #: stage keys nor point keys hash them, so changing one re-labels cached measurements
 #: (the row is rewritten on the next run) instead of redoing them or adding rows.
 ROW_ONLY_BUDGETS = frozenset({"cv_threshold"})
+#: Budgets bounding how hard the measure stage tries for quiet samples (re-takes, waiting
+#: for a busy machine): they change how long a measurement may take, not what is measured,
+#: so no key hashes them either, and a cached measurement is not redone when they change.
+EFFORT_BUDGETS = frozenset({"noise_retries", "noise_budget_s"})
+#: Every budget outside the point key and the stage keys.
+UNKEYED_BUDGETS = ROW_ONLY_BUDGETS | EFFORT_BUDGETS
 
 #: Tuning-option tag: the option is a baseline runtime (PyTorch, ONNX Runtime) measured
 #: beside the TVM variants; the algorithms axis does not apply to it.
@@ -96,11 +102,12 @@ class Point:
 
     @property
     def key(self) -> str:
-        # budgets that only shape the row (e.g. the noise threshold) are not part of what
-        # the point *is*: changing them re-labels the same measurement, not a new point
+        # budgets that only shape the row (the noise threshold) or the effort spent on a
+        # quiet machine are not part of what the point *is*: changing them re-labels the
+        # same measurement, not a new point
         return digest({
             "choices": {layer: c.identity() for layer, c in self.choices.items()},
-            "budgets": self.budgets.model_dump(mode="json", exclude=set(ROW_ONLY_BUDGETS)),
+            "budgets": self.budgets.model_dump(mode="json", exclude=set(UNKEYED_BUDGETS)),
         })
 
     @property
