@@ -387,3 +387,43 @@ def test_load_points_filters_sweeps_and_reports_keep_the_current_points(
     assert sum(files.counts.values()) == len(keep) == 8
     assert "6 older rows of these sweeps" in files.markdown.read_text()
 
+
+
+def test_figures_and_tables_show_the_iqr_of_the_raw_samples(tmp_path: Path) -> None:
+    steady = [10.0, 10.0, 10.0, 10.0, 10.0]
+    spread = [4.0, 5.0, 6.0, 9.0, 30.0]  # median 6, Q1 5, Q3 9: a skewed, busy-looking set
+    rows = [row(ms=10.0, latency_samples_ms=steady),
+            row(algorithm="gemm", ms=6.0, latency_samples_ms=spread, noisy=1,
+                noise_reason="5 of 5 samples taken on a busy machine; retry budget spent"),
+            row(algorithm="spatial_pack", ms=8.0, latency_q1_ms=7.0, latency_q3_ms=8.5),
+            row(compression="int8", ms=3.0, accuracy=0.89)]  # an old row: no spread known
+    db = make_db(tmp_path / "r.db", rows)
+    points = load_points(db)
+    gemm = next(p for p in points if p.algorithm == "gemm")
+    assert (gemm.latency_q1_ms, gemm.latency_q3_ms, gemm.latency_iqr_ms) == (5.0, 9.0, 4.0)
+
+    from dlas.report.figures import inference_figure, inference_panels
+
+    panels = inference_panels(points, "cifar10", "cpu")
+    bars = {(b.compression, b.algorithm): b for b in panels.bars}
+    assert bars[("none", "gemm")].whisker() == (1.0, 3.0)  # median to Q1, median to Q3
+    assert bars[("none", "gemm")].noisy and not bars[("none", "direct")].noisy
+    assert bars[("none", "direct")].iqr_ms == 0.0
+    assert bars[("none", "spatial_pack")].whisker() == (1.0, 0.5)  # from the stored columns
+    assert bars[("int8", "direct")].iqr_ms is None and bars[("int8", "direct")].whisker() == (
+        0.0, 0.0)
+
+    png = inference_figure(points, "cifar10", "cpu", tmp_path / "fig" / "inference.png")
+    assert png is not None and png.exists()
+    import csv
+
+    with open(png.with_suffix(".csv")) as fh:
+        plotted = {(r["compression"], r["algorithm"]): r for r in csv.DictReader(fh)}
+    assert float(plotted[("none", "gemm")]["iqr_ms"]) == 4.0
+    assert plotted[("none", "gemm")]["noisy"] == "1"
+
+    files = build_report(db, tmp_path / "report", sweeps=["s"])
+    md = files.markdown.read_text()
+    assert "6 ms (IQR 5-9)" in md  # the fastest cell prints the spread beside the median
+    assert "whiskers span the interquartile range" in md
+    assert "flagged noisy" in md and "1 of them" in md

@@ -75,6 +75,17 @@ def fmt_ms(ms: float | None) -> str:
     return "-" if ms is None else (f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms")
 
 
+def fmt_time(p: Point) -> str:
+    """A point's median with the interquartile range of its samples: '1.23 ms (IQR
+    1.20-1.26)', so a reader sees how far apart two medians must be to differ."""
+    text = fmt_ms(p.latency_ms)
+    if p.latency_q1_ms is None or p.latency_q3_ms is None:
+        return text
+    q1, q3 = p.latency_q1_ms, p.latency_q3_ms
+    digits = (lambda v: f"{v:.3g}") if q3 < 100 else (lambda v: f"{v:.0f}")
+    return f"{text} (IQR {digits(q1)}-{digits(q3)})"
+
+
 # -- sections ------------------------------------------------------------------------------
 
 
@@ -107,8 +118,13 @@ def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str]
                      "compared with the TVM variants in their own section, not counted above.")
     noisy = [p for p in points if p.noisy and p.is_timed]
     if noisy:
+        busy = sum(1 for p in noisy if p.noise_reason and "busy machine" in p.noise_reason)
         lines.append(f"{len(noisy)} timed points are flagged noisy: their samples' coefficient "
-                     "of variation exceeds the sweep's cv_threshold (marked 'noisy' below).")
+                     "of variation exceeds the sweep's cv_threshold, or samples taken while "
+                     f"other processes kept the CPUs busy had to be kept ({busy} of them) "
+                     "(marked 'noisy' below; a red outline in the figures).")
+        lines.append("Times are medians; figures draw the interquartile range (IQR) of each "
+                     "point's samples as whiskers and tables print it beside the median.")
     lines += list(notes)
     doc.add(Bullets(lines))
 
@@ -186,7 +202,7 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
             for cmp in [*comps, overall]:
                 text = cmp.ours + (f" (paper {cmp.paper})" if cmp.paper else "")
                 if cmp is overall and r.overall is not None:
-                    text += f", {fmt_ms(r.overall.latency_ms)}"
+                    text += f", {fmt_time(r.overall)}"
                 row.append(Cell(text, cmp.differs))
                 differ += cmp.differs
                 compared += cmp.same is not None
@@ -207,7 +223,9 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
             number = paper.number("inference_figure", dataset, device) or "Figure"
             doc.add(Image(png, f"{number} ({dataset}, {device.upper()}): median inference "
                                "time at batch 1 per model, compression and algorithm; "
-                               "hatched bars use the CSR sparse format"))
+                               "whiskers span the interquartile range of the samples; "
+                               "hatched bars use the CSR sparse format; a red outline marks "
+                               f"a point flagged noisy (numbers: figures/{png.stem}.csv)"))
 
 
 def _speedup_section(doc: Document, points: list[Point], paper: Paper,
@@ -226,8 +244,8 @@ def _speedup_section(doc: Document, points: list[Point], paper: Paper,
     rows: list[list[Cell | str]] = [
         [c.group.label, c.model_label, short(c.compression),
          "?" if c.ratio is None else f"{c.ratio:.1f}x",
-         f"{c.dense.algorithm}, {fmt_ms(c.dense.latency_ms)}",
-         f"{c.best.algorithm}, {fmt_ms(c.best.latency_ms)}", f"{c.speedup:.2f}x",
+         f"{c.dense.algorithm}, {fmt_time(c.dense)}",
+         f"{c.best.algorithm}, {fmt_time(c.best)}", f"{c.speedup:.2f}x",
          "-" if c.pct_expected is None else f"{c.pct_expected:.1f}%"] for c in cells]
     doc.add(Table(["platform (tuning)", "model", "compression", "ideal speedup",
                    "best dense", "best compressed", "speedup", "% of expected"], rows,
@@ -253,7 +271,11 @@ def fmt_ratio_vs(ratio: float | None) -> str:
 
 
 def _noisy(p: Point) -> str:
-    return f" (noisy, cv {p.latency_cv:.0%})" if p.noisy and p.latency_cv is not None else ""
+    if not p.noisy:
+        return ""
+    if p.noise_reason and "busy machine" in p.noise_reason:
+        return " (noisy: busy machine)"
+    return f" (noisy, cv {p.latency_cv:.0%})" if p.latency_cv is not None else " (noisy)"
 
 
 def _baseline_section(doc: Document, points: list[Point]) -> None:
@@ -266,9 +288,10 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
         return
     names = [RUNTIME_NAMES.get(r, r) for r in cmp.runtimes]
     doc.add(Table(
-        ["platform", "model", "compression", "runtime", "median", "accuracy", "threads"],
+        ["platform", "model", "compression", "runtime", "median (IQR)", "accuracy",
+         "threads"],
         [[b.platform, b.model_label, b.compression_label, RUNTIME_NAMES.get(b.tuning, b.tuning),
-          fmt_ms(b.latency_ms) + _noisy(b), fmt_acc(b.accuracy), str(b.threads or "-")]
+          fmt_time(b) + _noisy(b), fmt_acc(b.accuracy), str(b.threads or "-")]
          for b in cmp.baselines],
         "Baselines: the compressed model in each runtime (threads matched to the target, "
         "batch 1, verified against the same reference as the TVM variants, timed the same "
@@ -281,11 +304,12 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
     for r in cmp.rows:
         v = r.variant
         row: list[Cell | str] = [v.platform, v.model_label, v.compression_label, v.algorithm,
-                                 v.tuning_label, fmt_ms(v.latency_ms) + _noisy(v)]
+                                 v.tuning_label, fmt_time(v) + _noisy(v)]
         for runtime in cmp.runtimes:
             row.append(fmt_ratio_vs(r.ratio(runtime)))
         rows.append(row)
-    doc.add(Table(["platform", "model", "compression", "algorithm", "tuning", "TVM median",
+    doc.add(Table(["platform", "model", "compression", "algorithm", "tuning",
+                   "TVM median (IQR)",
                    *[f"vs {n}" for n in names]], rows,
                   "Every verified TVM variant against the baselines of its model, "
                   "compression and platform: how many times slower or faster TVM's median "

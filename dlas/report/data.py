@@ -164,10 +164,22 @@ class Point:
     baseline: bool = False
     latency_cv: float | None = None
     noisy: bool = False
+    #: Quartiles of the timing samples (from the raw samples where the row has them):
+    #: the whiskers of the figures and the IQR beside the median in tables.
+    latency_q1_ms: float | None = None
+    latency_q3_ms: float | None = None
+    #: Why the point is flagged noisy, when it is.
+    noise_reason: str | None = None
 
     @property
     def family(self) -> str:
         return algorithm_family(self.algorithm)
+
+    @property
+    def latency_iqr_ms(self) -> float | None:
+        if self.latency_q1_ms is None or self.latency_q3_ms is None:
+            return None
+        return self.latency_q3_ms - self.latency_q1_ms
 
     @property
     def tuned(self) -> bool:
@@ -201,6 +213,18 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
+def quartiles(row: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(Q1, Q3) of a row's timing samples: computed from the raw samples it stores (what
+    the report promises to show), else its quartile columns, else unknown."""
+    samples = row.get("latency_samples_ms")
+    if isinstance(samples, list) and samples:
+        import numpy as np
+
+        q1, q3 = np.percentile(np.asarray(samples, dtype=np.float64), [25, 75])
+        return float(q1), float(q3)
+    return _float(row.get("latency_q1_ms")), _float(row.get("latency_q3_ms"))
+
+
 def point_from_row(row: dict[str, Any]) -> Point:
     choices = (row.get("config") or {}).get("choices") or {}
     target = option_name(row, "targets", "target") or "?"
@@ -215,6 +239,7 @@ def point_from_row(row: dict[str, Any]) -> Point:
                              (choices.get("compression") or {}).get("params"))
     chosen = info.get("chosen_level")
     target_label = str(row.get("target") or target)
+    q1, q3 = quartiles(row) if row.get("latency_median_ms") is not None else (None, None)
     return Point(
         key=str(row.get("point_key")),
         sweep=str(row.get("sweep") or ""),
@@ -253,6 +278,9 @@ def point_from_row(row: dict[str, Any]) -> Point:
         baseline=is_baseline_row(row),
         latency_cv=_float(row.get("latency_cv")),
         noisy=bool(row.get("noisy")),
+        latency_q1_ms=q1,
+        latency_q3_ms=q3,
+        noise_reason=row.get("noise_reason"),
     )
 
 

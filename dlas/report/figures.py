@@ -1,8 +1,10 @@
 """The paper's figures as PNGs (matplotlib, Agg backend: no display needed).
 
 Figure 3: accuracy against compression level for each pruning method, and float16/int8
-(calibrated and not) beside dense. Figures 4-7: grouped bars of inference time per model,
-compression and algorithm, one row of panels per platform and tuning level.
+(calibrated and not) beside dense. Figures 4-7: grouped bars of median inference time per
+model, compression and algorithm, one row of panels per platform and tuning level, each
+bar with a whisker over the interquartile range of its samples (`inference_panels` is the
+data, also written as a CSV beside the PNG).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +21,7 @@ from dlas.report.tables import (
     COMPRESSION_ORDER,
     FAMILY_ORDER,
     PRUNING,
+    Group,
     accuracy_tables,
     ordered,
     short,
@@ -152,34 +156,66 @@ def _alg_order(algorithms: Iterable[str]) -> list[str]:
     return out + sorted(algs - set(out))
 
 
-def inference_figure(points: Iterable[Point], dataset: str, device: str, path: Path,
-                     title: str = "") -> Path | None:
-    """Figures 4-7 for one dataset and device kind; None without timings."""
-    groups = {g: m for g, m in speed_cells(points).items()
-              if g.dataset == dataset and g.device == device}
-    if not groups:
+@dataclass(frozen=True)
+class Bar:
+    """One bar of Figures 4-7: a point's median time and the quartiles of its samples,
+    which the bar's whisker spans (the dispersion a median alone hides)."""
+
+    row: int  # panel row: platform x tuning group
+    col: int  # panel column: model
+    x: float
+    group: str
+    model: str
+    compression: str
+    algorithm: str
+    family: str
+    median_ms: float
+    q1_ms: float | None
+    q3_ms: float | None
+    noisy: bool
+
+    @property
+    def iqr_ms(self) -> float | None:
+        return None if self.q1_ms is None or self.q3_ms is None else self.q3_ms - self.q1_ms
+
+    def whisker(self) -> tuple[float, float]:
+        """(below, above) the median: to Q1 and Q3; zero where the quartiles are unknown."""
+        if self.q1_ms is None or self.q3_ms is None:
+            return 0.0, 0.0
+        return max(0.0, self.median_ms - self.q1_ms), max(0.0, self.q3_ms - self.median_ms)
+
+
+@dataclass(frozen=True)
+class InferencePanels:
+    """What Figures 4-7 draw for one dataset and device: panel rows (platform x tuning),
+    panel columns (models), compressions per panel, the bars and their common width."""
+
+    groups: list[Group]
+    models: list[str]
+    compressions: dict[tuple[int, int], list[str]]
+    bars: list[Bar]
+    width: float
+
+
+def inference_panels(points: Iterable[Point], dataset: str, device: str) -> InferencePanels | None:
+    """The data of Figures 4-7 (None without timings): every verified point's bar with its
+    median and the IQR whisker from its raw samples."""
+    cells_by_group = {g: m for g, m in speed_cells(points).items()
+                      if g.dataset == dataset and g.device == device}
+    if not cells_by_group:
         return None
-    models = ordered({m for per in groups.values() for m in per}, [])
-    plt = _pyplot()
-    nrows, ncols = len(groups), len(models)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.2 * ncols, 5), 3.0 * nrows + 0.9),
-                             squeeze=False, layout="constrained")
+    models = ordered({m for per in cells_by_group.values() for m in per}, [])
     # one bar width for the whole figure, so bars compare across panels
     slots = max(len({a for c, a in cells if c == comp})
-                for per in groups.values() for cells in per.values() for comp, _ in cells)
+                for per in cells_by_group.values() for cells in per.values() for comp, _ in cells)
     width = 0.8 / slots
-    seen: dict[str, object] = {}
-    for r, (group, per_model) in enumerate(groups.items()):
+    bars: list[Bar] = []
+    compressions: dict[tuple[int, int], list[str]] = {}
+    for r, (group, per_model) in enumerate(cells_by_group.items()):
         for c, model in enumerate(models):
-            ax = axes[r][c]
             cells = per_model.get(model, {})
-            ax.set_title(f"{model}\n{group.label}", fontsize=8)
-            if not cells:
-                ax.text(0.5, 0.5, "not measured", ha="center", va="center",
-                        transform=ax.transAxes, fontsize=8, color="grey")
-                ax.set_axis_off()
-                continue
             comps = ordered({cp for cp, _ in cells}, COMPRESSION_ORDER)
+            compressions[(r, c)] = comps
             by_comp: dict[str, list[str]] = defaultdict(list)
             for cp, alg in cells:
                 by_comp[cp].append(alg)
@@ -187,20 +223,79 @@ def inference_figure(points: Iterable[Point], dataset: str, device: str, path: P
                 algs = _alg_order(by_comp[comp])
                 for i, alg in enumerate(algs):
                     p = cells[(comp, alg)]
-                    bar = ax.bar(x + (i - (len(algs) - 1) / 2) * width, p.latency_ms,
-                                 width=width, color=_family_color(p.family),
-                                 hatch="//" if is_sparse_format(alg) else None,
-                                 edgecolor="black", linewidth=0.4)
-                    seen.setdefault(alg, bar)
+                    bars.append(Bar(
+                        row=r, col=c, x=x + (i - (len(algs) - 1) / 2) * width,
+                        group=group.label, model=model, compression=comp, algorithm=alg,
+                        family=p.family, median_ms=float(p.latency_ms or 0.0),
+                        q1_ms=p.latency_q1_ms, q3_ms=p.latency_q3_ms, noisy=p.noisy))
+    return InferencePanels(list(cells_by_group), models, compressions, bars, width)
+
+
+def write_bars_csv(bars: Iterable[Bar], path: Path) -> Path:
+    """The numbers a figure plots, beside it: median, quartiles and IQR per bar."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["platform_tuning", "model", "compression", "algorithm",
+                         "median_ms", "q1_ms", "q3_ms", "iqr_ms", "noisy"])
+        for b in bars:
+            writer.writerow([b.group, b.model, b.compression, b.algorithm, b.median_ms,
+                             b.q1_ms, b.q3_ms, b.iqr_ms, int(b.noisy)])
+    return path
+
+
+def inference_figure(points: Iterable[Point], dataset: str, device: str, path: Path,
+                     title: str = "") -> Path | None:
+    """Figures 4-7 for one dataset and device kind; None without timings.
+
+    Bars are medians; whiskers span the samples' interquartile range; a red outline marks
+    a point flagged noisy. The plotted numbers go to a CSV of the same name."""
+    panels = inference_panels(points, dataset, device)
+    if panels is None:
+        return None
+    plt = _pyplot()
+    nrows, ncols = len(panels.groups), len(panels.models)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.2 * ncols, 5), 3.0 * nrows + 0.9),
+                             squeeze=False, layout="constrained")
+    for r, group in enumerate(panels.groups):
+        for c, model in enumerate(panels.models):
+            ax = axes[r][c]
+            ax.set_title(f"{model}\n{group.label}", fontsize=8)
+            comps = panels.compressions[(r, c)]
+            if not comps:
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=8, color="grey")
+                ax.set_axis_off()
+                continue
             ax.set_xticks(range(len(comps)))
             ax.set_xticklabels([short(cp) for cp in comps], fontsize=8)
             ax.set_xlim(-0.5, max(len(comps), 2) - 0.5)
             ax.set_ylabel("inference time (ms)", fontsize=8)
             ax.tick_params(axis="y", labelsize=7)
             ax.grid(axis="y", alpha=0.3)
-    order = _alg_order(seen)
-    fig.suptitle(title or f"Inference time, batch 1 ({dataset}, {device.upper()}); "
-                 "hatched = CSR sparse format", fontsize=10)
-    fig.legend([seen[a] for a in order], order, loc="outside lower center",
-               ncol=min(len(order), 6), fontsize=8)
+    from matplotlib.patches import Patch
+
+    legend: dict[str, Patch] = {}
+    for bar in panels.bars:
+        below, above = bar.whisker()
+        hatch = "//" if is_sparse_format(bar.algorithm) else None
+        axes[bar.row][bar.col].bar(
+            bar.x, bar.median_ms, width=panels.width, color=_family_color(bar.family),
+            hatch=hatch, edgecolor="red" if bar.noisy else "black",
+            linewidth=1.2 if bar.noisy else 0.4, yerr=[[below], [above]], capsize=2,
+            error_kw={"elinewidth": 0.8, "alpha": 0.8})
+        legend.setdefault(bar.algorithm, Patch(facecolor=_family_color(bar.family),
+                                               hatch=hatch, edgecolor="black", linewidth=0.4))
+    order = _alg_order(legend)
+    handles, labels = [legend[a] for a in order], list(order)
+    if any(b.noisy for b in panels.bars):
+        handles.append(Patch(facecolor="white", edgecolor="red", linewidth=1.2))
+        labels.append("flagged noisy")
+    fig.suptitle(title or f"Inference time, batch 1 ({dataset}, {device.upper()}): median, "
+                 "whiskers = IQR of the samples; hatched = CSR sparse format", fontsize=10)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6),
+               fontsize=8)
+    write_bars_csv(panels.bars, path.with_suffix(".csv"))
     return _save(fig, path)
