@@ -136,6 +136,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     runner = Runner(_workspace(args), progress=not args.no_progress)
+    if args.remeasure_noisy:
+        from dlas.runner.remeasure import forget_noisy_timings
+
+        dropped = forget_noisy_timings(config, runner.workspace.db_path, runner.cache)
+        console.print(f"re-measuring {len(dropped)} point(s) flagged noisy (their cached "
+                      "timings were dropped; compiled modules are reused)")
     report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
     if report.interrupted:
         return 130
@@ -240,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failing point")
     p.add_argument("--retry-failed", action="store_true",
                    help="run only the points that failed before")
+    p.add_argument("--remeasure-noisy", action="store_true",
+                   help="time again the points whose stored timing is flagged noisy (busy "
+                        "machine or dispersed samples), reusing their compiled modules")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(fn=cmd_run)
 

@@ -169,3 +169,35 @@ def test_load_that_passes_is_waited_out_and_the_row_is_clean(
     row = run(text, tmp_path / "busy", shared_cache).rows[0]
     assert row["load_retries"] >= 1 and row["loaded_samples"] == 0 and row["noisy"] == 0
     assert row["noise_log"]["events"][0]["event"] == "retaken"
+
+
+def test_remeasure_noisy_times_flagged_points_again_without_recompiling(
+        tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    from dlas.cli import main
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep().replace(
+        "verify_samples: 4", "verify_samples: 4\n  cv_threshold: 10\n  noise_budget_s: 0"
+    ).replace("measure_repeat: 5", "measure_repeat: 9"))  # a measurement no test cached
+    args = ["run", str(config), "--no-progress", "--workspace", str(tmp_path / "ws"),
+            "--cache-dir", str(shared_cache)]
+    forced_load(monkeypatch, cores=2.0)
+    assert main(args) == 0
+    with ResultStore(tmp_path / "ws" / "results.db") as store:
+        (busy,) = store.rows()
+    assert busy["noisy"] == 1 and busy["loaded_samples"] == 9
+
+    assert main(args) == 0  # a plain re-run reuses the noisy timing
+    capsys.readouterr()
+    forced_load(monkeypatch, cores=0.0)  # the machine is quiet now
+    assert main([*args, "--remeasure-noisy"]) == 0
+    out = capsys.readouterr().out
+    assert "re-measuring 1 point(s) flagged noisy" in out
+    assert "compile   reused" in out and "measure   computing" in out
+    with ResultStore(tmp_path / "ws" / "results.db") as store:
+        (quiet,) = store.rows()
+    assert (quiet["noisy"], quiet["loaded_samples"]) == (0, 0)
+    assert quiet["point_key"] == busy["point_key"]
+    assert main([*args, "--remeasure-noisy"]) == 0  # nothing noisy left: nothing dropped
+    assert "re-measuring 0 point(s)" in capsys.readouterr().out

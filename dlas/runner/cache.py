@@ -38,6 +38,20 @@ class Cache:
     def meta(self, stage: str, key: str) -> dict[str, Any]:
         return json.loads((self.path(stage, key) / META).read_text())
 
+    def discard(self, stage: str, key: str) -> bool:
+        """Remove an entry so the next run computes it again (e.g. a timing taken on a busy
+        machine); moved aside first, so no reader sees half of it. False if absent."""
+        final = self.path(stage, key)
+        if not self.has(stage, key):
+            return False
+        trash = final.parent / f".discard-{key}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.replace(final, trash)
+        except FileNotFoundError:  # another process discarded it first
+            return False
+        shutil.rmtree(trash, ignore_errors=True)
+        return True
+
     @contextlib.contextmanager
     def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
         """Yield a temp dir to fill; on success store `meta` and publish atomically.
