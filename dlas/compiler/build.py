@@ -6,12 +6,18 @@ Pipeline (each step is there for a reason):
    compile time (packing, CSR) see their values.
 2. `DecomposeOpsForInference`: batch-norm becomes elementwise ops, so it fuses into the
    conv's epilogue instead of being a separate tuple-returning kernel.
+2b. Constant subexpressions (the batch-norm's `sqrt(var + eps)`, transposed linear
+   weights, int8 bias `dequantize`, float16 casts) are folded exactly in numpy
+   (`dlas.compiler.fold`): TVM's `FoldConstant` builds and runs a kernel per constant,
+   which was three quarters of a compile. Algorithms' compile-time weight arrays
+   (packing, CSR) are built from these final constants in step 3.
 3. `LegalizeOps` with every `relax.nn.conv2d` lowered by the algorithm's TE compute (a
    conv the algorithm does not support gets TVM's default lowering, recorded in
    `CompileResult.fallbacks`), all other ops by TVM's defaults. Each algorithm-made conv
    block is tagged with its `ConvSpec` (see `dlas.algorithms.base.CONV_SPEC_ATTR`).
 4. TVM's fusion (`AnnotateTIROpPattern`, `FoldConstant`, `FuseOps`, `FuseTIR`), as in
    the default CPU pipeline: conv + bias/batch-norm/ReLU/residual become one PrimFunc.
+   `FoldConstant` only meets what step 2b left (ops numpy cannot evaluate exactly).
 5. `schedule_hook(mod, target)` if given (tuning plugs in here). It sees the fused,
    *unscheduled* module, which is what MetaSchedule extracts tasks from and looks its
    database up by. Any PrimFunc the hook changes, or marks `tirx.is_scheduled`, is kept.
@@ -19,6 +25,9 @@ Pipeline (each step is there for a reason):
    algorithm's own for conv blocks, thread-parallel loops for the rest.
 7. The rest of the default Relax CPU pipeline (no second legalization/fusion, which
    would undo step 6), `tvm.compile`, `export_library` to `out_dir`.
+
+`CompileResult.phases` says where the time went (lower, fold, tune, schedule, codegen,
+export); codegen + export is the floor no dlas change to the Relax pipeline can lower.
 """
 
 from __future__ import annotations
@@ -26,7 +35,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +57,7 @@ from ..algorithms.base import (
 )
 from ..targets.arch import export_suffix
 from . import fallbacks as fallback_notes
+from .fold import FoldReport, fold_constants
 from .minimal_schedule import schedule_prim_func
 from .relax_import import ImportedModel
 
@@ -57,6 +68,30 @@ REPORT_FILE = "compile.json"
 SCHEDULED_ATTR = "tirx.is_scheduled"
 
 ScheduleHook = Callable[[tvm.IRModule, Target], tvm.IRModule]
+
+#: The phases of `compile_model`, in order. `tune` is the schedule hook (absent without one).
+PHASES = ("lower", "fold", "tune", "schedule", "codegen", "export")
+#: How constants are folded: numpy first, TVM's FoldConstant for the rest (the default);
+#: TVM's FoldConstant alone (the previous path, kept as the benchmarks' peer); not at all
+#: (tests compare folded and unfolded modules).
+FOLD_MODES = ("numpy", "tvm", "none")
+
+
+@dataclass
+class CompileTrace:
+    """Seconds per compile phase, and what constant folding did."""
+
+    phases: dict[str, float] = field(default_factory=dict)
+    fold: FoldReport = field(default_factory=FoldReport)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the block's wall time to `name` (a phase may be entered several times)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
 
 
 @dataclass
@@ -71,6 +106,10 @@ class CompileResult:
     schedule_warnings: list[str] = field(default_factory=list)
     #: PrimFuncs left to `schedule_hook` (changed or marked scheduled by it).
     hook_scheduled: list[str] = field(default_factory=list)
+    #: Seconds per phase (`PHASES`); they add up to `compile_seconds` but for bookkeeping.
+    phases: dict[str, float] = field(default_factory=dict)
+    #: Constant folding: op -> calls folded in numpy, and calls left to TVM's FoldConstant.
+    folded: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -211,28 +250,45 @@ def lower_to_tir(
     params: dict[str, np.ndarray],
     algorithm: ConvAlgorithm,
     target: Target,
+    *,
+    fold: str = "numpy",
+    trace: CompileTrace | None = None,
 ) -> tuple[tvm.IRModule, ConvLegalizer]:
-    """Steps 1-4 of the pipeline: fused, unscheduled TIR plus the legalization record."""
+    """Steps 1-4 of the pipeline: fused, unscheduled TIR plus the legalization record.
+
+    `fold` is one of `FOLD_MODES`; `trace`, if given, gains the lower and fold seconds and
+    the fold report.
+    """
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
+    if fold not in FOLD_MODES:
+        raise ValueError(f"fold must be one of {FOLD_MODES}, got {fold!r}")
+    trace = trace if trace is not None else CompileTrace()
     legalizer = ConvLegalizer(algorithm)
     with target:
-        mod = relax.transform.BindParams("main", params)(imp_mod)
-        mod = relax.transform.DecomposeOpsForInference()(mod)
-        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(target))(mod)
-        mod = relax.transform.LegalizeOps(customize_legalize_map={"relax.nn.conv2d": legalizer})(
-            mod
-        )
-        mod = _tag_convs(mod, legalizer.made)
-        mod = tvm.transform.Sequential(
-            [
-                relax.transform.AnnotateTIROpPattern(),
-                relax.transform.FoldConstant(),
-                relax.transform.FuseOps(),
-                relax.transform.FuseTIR(),
-                relax.transform.DeadCodeElimination(),
-            ]
-        )(mod)
+        with trace.phase("lower"):
+            mod = relax.transform.BindParams("main", params)(imp_mod)
+            mod = relax.transform.DecomposeOpsForInference()(mod)
+            mod = tvm.transform.Sequential(cpu.library_dispatch_passes(target))(mod)
+        if fold == "numpy":  # before legalization: convs see the final constants
+            with trace.phase("fold"):
+                mod, trace.fold = fold_constants(mod)
+        with trace.phase("lower"):
+            legalize = relax.transform.LegalizeOps(
+                customize_legalize_map={"relax.nn.conv2d": legalizer})
+            mod = _tag_convs(legalize(mod), legalizer.made)
+            mod = relax.transform.AnnotateTIROpPattern()(mod)
+        if fold != "none":  # what numpy left (nothing, for the models seen so far)
+            with trace.phase("fold"):
+                mod = relax.transform.FoldConstant()(mod)
+        with trace.phase("lower"):
+            mod = tvm.transform.Sequential(
+                [
+                    relax.transform.FuseOps(),
+                    relax.transform.FuseTIR(),
+                    relax.transform.DeadCodeElimination(),
+                ]
+            )(mod)
     return mod, legalizer
 
 
@@ -300,20 +356,28 @@ def compile_model(
     target: dict | str | Target,
     out_dir: Path,
     schedule_hook: ScheduleHook | None = None,
+    *,
+    fold: str = "numpy",
 ) -> CompileResult:
-    """Compile `imp` with `algorithm` for `target` into `out_dir`."""
+    """Compile `imp` with `algorithm` for `target` into `out_dir`.
+
+    `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything else compiles
+    with the default.
+    """
     start = time.perf_counter()
+    trace = CompileTrace()
     tgt = make_target(target)
     if tgt.kind.name not in ("llvm", "cuda"):
         raise NotImplementedError(
             f"targets of kind {tgt.kind.name} are not supported (llvm for CPUs, cuda for GPUs)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    mod, legalizer = lower_to_tir(imp.mod, imp.params, algorithm, tgt)
+    mod, legalizer = lower_to_tir(imp.mod, imp.params, algorithm, tgt, fold=fold, trace=trace)
     hooked: set[str] = set()
     if schedule_hook is not None:
         before = {gv.name_hint: f for gv, f in mod.functions_items()}
-        mod = schedule_hook(mod, tgt)
+        with trace.phase("tune"):
+            mod = schedule_hook(mod, tgt)
         for gvar, func in mod.functions_items():
             if isinstance(func, tirx.PrimFunc):
                 old = before.get(gvar.name_hint)
@@ -322,13 +386,18 @@ def compile_model(
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
         from .gpu_schedule import build_gpu
 
-        executable, warnings = build_gpu(mod, tgt, skip=hooked)
+        with trace.phase("codegen"):  # GPU schedules are a small part of it
+            executable, warnings = build_gpu(mod, tgt, skip=hooked)
     else:
-        mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
-        executable = tvm.compile(mod, target=tgt, relax_pipeline=relax_finalize_pipeline(tgt))
+        with trace.phase("schedule"):
+            mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
+        with trace.phase("codegen"):
+            executable = tvm.compile(mod, target=tgt,
+                                     relax_pipeline=relax_finalize_pipeline(tgt))
     # a .tar of objects when the code is for another CPU (linked on the board, over RPC)
     path = (out_dir / LIBRARY_FILE).with_suffix(export_suffix(tgt))
-    executable.export_library(str(path))
+    with trace.phase("export"):
+        executable.export_library(str(path))
     result = CompileResult(
         executable_path=path,
         fallbacks=legalizer.fallbacks,
@@ -336,6 +405,8 @@ def compile_model(
         compile_seconds=time.perf_counter() - start,
         schedule_warnings=warnings,
         hook_scheduled=sorted(hooked),
+        phases={name: trace.phases[name] for name in PHASES if name in trace.phases},
+        folded=trace.fold.as_dict(),
     )
     report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))
