@@ -37,3 +37,9 @@ def test_every_algorithm_runs_in_a_sweep(tmp_path: Path, shared_cache: Path) -> 
         lines = rows[("weight_pruning", algorithm)]["conv_fallbacks"]
         assert len(lines) == 1 and lines[0].endswith(f"computed with {fallback}")
     assert rows[("weight_pruning", "gemm")]["conv_fallbacks"] == []
+    # where each compile's time went (import: the shared import stage's seconds)
+    for row in rows.values():
+        if row["status"] == "ok":
+            phases = row["compile_phases"]
+            assert list(phases) == ["import", "lower", "fold", "schedule", "codegen", "export"]
+            assert all(seconds >= 0 for seconds in phases.values())

@@ -27,7 +27,8 @@ Pipeline (each step is there for a reason):
    would undo step 6), `tvm.compile`, `export_library` to `out_dir`.
 
 `CompileResult.phases` says where the time went (lower, fold, tune, schedule, codegen,
-export); codegen + export is the floor no dlas change to the Relax pipeline can lower.
+export). codegen (TIR lowering to LLVM IR) + export (LLVM's machine code, then the link)
+is the floor: LLVM's own work, which no change to the Relax pipeline lowers.
 """
 
 from __future__ import annotations

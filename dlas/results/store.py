@@ -73,6 +73,9 @@ COLUMNS: dict[str, str] = {
     "measure_repeat": "INTEGER",
     "threads": "INTEGER",
     "compile_s": "REAL",
+    #: Seconds per compile phase (JSON): import (the import stage, shared by a model's
+    #: variants), lower, fold, tune, schedule, codegen, export.
+    "compile_phases": "TEXT",
     "tuning_s": "REAL",
     #: Trials MetaSchedule measured for this point; tasks tuned now vs reused from the
     #: target's tuning database; the per-task report (JSON).
@@ -116,7 +119,7 @@ SUMMARY_COLUMNS = [
     "max_abs_diff", "compile_s", "error",
 ]
 
-JSON_COLUMNS = {"latency_samples_ms", "noise_log", "tuning_report",
+JSON_COLUMNS = {"latency_samples_ms", "noise_log", "tuning_report", "compile_phases",
                 "conv_fallbacks", "train_history", "compression_info",
                 "stage_seconds", "config", "environment", "runtime_info"}
 

@@ -337,7 +337,8 @@ class Runner:
         from dlas.compiler.build import compile_model
         from dlas.tuning.base import TuningContext
 
-        imported = self._import(point, keys).model
+        import_stage = self._import(point, keys)
+        imported = import_stage.model
         target = stages.resolve_target(point)
 
         def compute(tmp: Path, meta: dict[str, Any]) -> None:
@@ -360,6 +361,10 @@ class Runner:
                 conv_count=result.conv_count,
                 compile_s=result.compile_seconds - meta["tuning_s"],  # tuning apart
                 tvm_target=target.tvm_target,
+                # where a point's compile time goes; import is its stage's (shared by the
+                # point's variants: torch.export, Relax frontend, reference outputs)
+                phases={"import": import_stage.meta.get("seconds"), **result.phases},
+                folded=result.folded,
             )
 
         def load(path: Path, meta: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
@@ -557,6 +562,7 @@ class Runner:
             if unmeasurable:  # compiled and cached; nothing here can run it
                 row.update(status="not_runnable", error_stage="measure", error=unmeasurable,
                            compile_s=compile_meta["compile_s"],
+                           compile_phases=compile_meta.get("phases"),
                            tuning_s=compile_meta["tuning_s"], **_tuning_columns(compile_meta))
                 return row
             measured = self._measure(point, keys)
@@ -572,6 +578,7 @@ class Runner:
         row.update(
             _measured_columns(comp_meta, train_meta, measured, "tvm"),
             compile_s=compile_meta["compile_s"], tuning_s=compile_meta["tuning_s"],
+            compile_phases=compile_meta.get("phases"),
             **_tuning_columns(compile_meta),
             conv_fallbacks=import_meta["precision_fallbacks"] + compile_meta["fallbacks"],
         )

@@ -28,12 +28,13 @@ STAGES = ("data", "train", "compress", "import", "compile", "measure", "baseline
 #: Bump a stage's version when its own code changes what it produces.
 #: compress 2: precision/deployment (int8 ONNX), accuracy None when unavailable or measured
 #: later; import 2: float16/int8 imports, ONNX Runtime reference; import 3: convs outside
-#: the deployed precision noted; measure 2: per-precision verification, agreement with
-#: float32, accuracy of reduced-precision compiled models; baseline 2: accuracy of a
-#: reduced-precision baseline measured in its own runtime, always. (int8's change of
+#: the deployed precision noted; compile 2: constants folded in numpy (same values), the
+#: phases' seconds and the fold report in its meta; measure 2: per-precision verification,
+#: agreement with float32, accuracy of reduced-precision compiled models; baseline 2:
+#: accuracy of a reduced-precision baseline measured in its own runtime, always. (int8's change of
 #: verification reference to the literal QDQ function came with its key facts, which
 #: changed every int8 compress key and hence everything downstream of it.)
-STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 3, "compile": 1, "measure": 2,
+STAGE_VERSIONS = {"data": 1, "train": 1, "compress": 2, "import": 3, "compile": 2, "measure": 2,
                   "baseline": 2}
 
 #: Model-option tag: the option returns a ready (pretrained) model that is not trained.
