@@ -183,3 +183,62 @@ def test_unreachable_tracker_fails_before_tuning(tmp_path: Path) -> None:
                       rpc=RPCTracker("127.0.0.1", port, "nobody", request_timeout_s=5))
     with pytest.raises(TrackerUnreachable, match=f"127.0.0.1:{port}"):
         _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", target=spec)
+
+
+def cache_hostile_space():
+    """A search space whose every sample is a bad schedule, as MetaSchedule's first random
+    samples can be: the conv's loops reversed (reduction outermost, batch innermost), so
+    nothing vectorizes and the output is written across its strides, on one thread. Its
+    one sampled tile size gives the evolutionary search something to mutate."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from dlas.compiler.minimal_schedule import leaf_blocks
+
+    def apply(sch) -> None:  # noqa: ANN001 - a traced s_tir.Schedule
+        for block in leaf_blocks(sch):
+            loops = sch.get_loops(block)
+            if len(loops) >= 7:  # the conv: n, oc, oh, ow, ic, kh, kw
+                sch.split(loops[1], factors=sch.sample_perfect_tile(loops[1], n=2))
+                sch.reorder(*reversed(sch.get_loops(block)))
+
+    return ms.space_generator.ScheduleFn(
+        apply, sch_rules=[], postprocs=[], mutator_probs={ms.mutator.MutateTileSize(): 1.0})
+
+
+def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
+    """A search whose samples are bad schedules loses to the algorithm's minimal schedule,
+    which was measured as a candidate first: the point keeps the minimal schedule and
+    says so."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.ReLU()).eval()
+    shape = (1, 32, 28, 28)
+    imp = import_torch_model(model, shape)
+    spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
+    ctx = TuningContext(target=spec, budgets=Budgets(), work_dir=tmp_path / "tuning",
+                        say=lambda line: None)
+    hook = metaschedule(MetaScheduleParams(trials=2, trials_per_task=2, trials_per_iter=2,
+                                           population=8, early_stopping=None, tasks="convs"),
+                        ctx)
+    hook.space_for = lambda task: cache_hostile_space()
+    result = compile_model(imp, _algorithm("direct"), spec.tvm_target, tmp_path / "a",
+                           schedule_hook=hook)
+    conv = next(t for t in hook.report.tasks if "conv2d" in t.task)
+    assert conv.outcome == "tuned" and conv.trials >= 1, conv
+    assert conv.source == "minimal" and conv.best_us == pytest.approx(conv.minimal_us)
+    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    want = model(torch.from_numpy(x)).detach().numpy().reshape(1, -1)
+    got = run_batch(load_vm(result.executable_path), x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # the minimal record is a candidate, not a trial: the trial count is the search's own
+    db = TuningDatabase(Path(hook.report.database))
+    task_mod = next(iter(db.database.get_all_tuning_records())).workload.mod
+    assert db.measured_trials(task_mod) == conv.trials
+    # a second point reuses the task and measures nothing again, minimal included
+    again = metaschedule(MetaScheduleParams(trials=2, trials_per_task=2, trials_per_iter=2,
+                                            population=8, early_stopping=None, tasks="convs"),
+                         ctx)
+    compile_model(imp, _algorithm("direct"), spec.tvm_target, tmp_path / "b",
+                  schedule_hook=again)
+    reused = next(t for t in again.report.tasks if "conv2d" in t.task)
+    assert reused.outcome == "reused" and reused.source == "minimal"
+    assert reused.minimal_us == conv.minimal_us

@@ -54,6 +54,9 @@ class LedgerEntry:
     ended_by: str = ""
     best_us: float | None = None
     tuning_s: float = 0.0
+    #: The algorithm's minimal schedule, measured and stored as one more record (not a
+    #: trial: `measured_trials` leaves it out), so the best record never loses to it.
+    minimal_us: float | None = None
 
 
 class TuningDatabase:
@@ -78,7 +81,10 @@ class TuningDatabase:
         if not self.database.has_workload(mod):
             return 0
         workload = self.database.commit_workload(mod)
-        return len(self.database.get_top_k(workload, 1 << 30))
+        records = len(self.database.get_top_k(workload, 1 << 30))
+        entry = self.ledger.get(workload_key(mod))
+        minimal = entry is not None and entry.minimal_us is not None
+        return max(records - int(minimal), 0)
 
     def best_us(self, mod: tvm.IRModule) -> float | None:
         if not self.database.has_workload(mod):

@@ -1,7 +1,9 @@
 """Tune a model's tasks with MetaSchedule and apply the best schedules (the compile hook).
 
 Tasks are tuned one at a time, most expensive first (FLOPs x calls), each with its own
-MetaSchedule run. That is what lets a task have its own search space (the sparse one for
+MetaSchedule run. Each task's minimal (untuned) schedule is measured first and stored as
+one more candidate (`minimal_candidate`), so a small budget never makes a point slower
+than untuned. That is what lets a task have its own search space (the sparse one for
 CSR kernels), its own runner arguments (the model's real CSR arrays), its own early
 stop, resumable bookkeeping and progress line. The total budget is spent in that order:
 a task left without trials keeps the algorithm's minimal schedule, and the report says so.
@@ -33,6 +35,7 @@ from dlas.tuning.metaschedule.measure import (
     make_builder,
     make_runner,
 )
+from dlas.tuning.metaschedule.minimal_candidate import ensure_minimal
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 
@@ -67,6 +70,10 @@ class TaskReport:
     seconds: float = 0.0
     ended_by: str = ""
     note: str = ""
+    #: The algorithm's minimal schedule, measured like any candidate.
+    minimal_us: float | None = None
+    #: Where the applied schedule came from: "searched" or "minimal" (it was faster).
+    source: str = ""
 
 
 @dataclass
@@ -139,6 +146,9 @@ class MetaScheduleHook:
         self.db_dir = db_dir
         self.say = say or (lambda line: log.info("%s", line))
         self.report = TuningReport(database=str(db_dir))
+        #: Optional `(task) -> space generator` replacing the default spaces (experiments
+        #: with other spaces; tests use a space whose samples lose to the minimal one).
+        self.space_for: Callable[[Task], Any] | None = None
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
         _quiet_metaschedule()
@@ -163,15 +173,19 @@ class MetaScheduleHook:
             # The budget is charged what a task is allotted, tuned now or earlier, so a
             # point gets the same allocation whatever the database already holds.
             budget -= wanted
+            minimal_us, why = self._minimal(db, task, target)
             if need == 0:
                 entry = db.entry(task.mod, task.name)
-                self.report.tasks.append(TaskReport(
-                    task.name, kind, "reused", trials=entry.trials, best_us=entry.best_us,
-                    ended_by=entry.ended_by))
+                reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
+                                    best_us=db.best_us(task.mod), ended_by=entry.ended_by,
+                                    note=why)
+                self.report.tasks.append(_with_source(reused, minimal_us))
                 continue
             prefix = f"tuning task {i}/{len(tasks)} {task.name} ({kind})"
-            self.report.tasks.append(
-                self._tune_task(db, task, kind, need, wanted, target, prefix))
+            tuned = self._tune_task(db, task, kind, need, wanted, target, prefix)
+            if why:
+                tuned.note = "; ".join(n for n in (tuned.note, why) if n)
+            self.report.tasks.append(_with_source(tuned, minimal_us))
         with target, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase(str(self.db_dir))(mod)
         self.report.seconds = time.perf_counter() - start
@@ -180,6 +194,24 @@ class MetaScheduleHook:
                  f"{self.report.count('untuned')} untuned, {self.report.trials} trials, "
                  f"{self.report.seconds:.0f}s")
         return tuned
+
+    def _minimal(self, db: TuningDatabase, task: Task,
+                 target: tvm.target.Target) -> tuple[float | None, str]:
+        """The task's minimal schedule measured into the database (once per workload)."""
+        s = self.settings
+        if db.entry(task.mod, task.name).minimal_us is not None:
+            return db.entry(task.mod, task.name).minimal_us, ""
+        started = time.perf_counter()
+        minimal_us, why = ensure_minimal(
+            db, task, _schedulers(task.algorithms), target, _vector_bits(target),
+            make_builder(s.timeouts, 1),
+            make_runner(self.target, s.timeouts, task.index_constants(), s.runner_repeat,
+                        s.runner_number))
+        took = time.perf_counter() - started
+        self.say(f"minimal schedule of {task.name} as a candidate: "
+                 + (f"{minimal_us:.1f} us" if minimal_us is not None else why)
+                 + f" ({took:.1f}s)")
+        return minimal_us, why
 
     def _check_board(self) -> None:
         """Fail the point with the tracker's own story (unreachable, no free board) before
@@ -202,7 +234,9 @@ class MetaScheduleHook:
                      + (f", {p.errors} failed" if p.errors else ""))
 
         space: Any = "post-order-apply"
-        if kind == "sparse":
+        if self.space_for is not None:
+            space = self.space_for(task)
+        elif kind == "sparse":
             space = csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population, init_min_unmeasured=min(50, s.population))
@@ -236,7 +270,8 @@ class MetaScheduleHook:
         entry.best_us = db.best_us(task.mod)
         entry.tuning_s += seconds
         db.save()
-        if entry.best_us is None:
+        if progress.best_us is None and db.measured_trials(task.mod) == 0:
+            # nothing searched ran (the minimal schedule, if measured, is what applies)
             note = f"no candidate built and ran: {progress.last_error}".strip()
             entry.complete = False
             db.save()
@@ -244,3 +279,17 @@ class MetaScheduleHook:
                               seconds=seconds, ended_by=ended_by, note=note)
         return TaskReport(task.name, kind, "tuned", trials=progress.trials,
                           best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
+
+
+def _with_source(report: TaskReport, minimal_us: float | None) -> TaskReport:
+    """Say whether the schedule applied is the searched one or the minimal one (the
+    database's best record wins, so the minimal one is kept when search lost to it)."""
+    report.minimal_us = minimal_us
+    if minimal_us is None or report.outcome not in ("tuned", "reused", "failed"):
+        return report
+    if report.outcome == "failed":
+        report.source = "minimal"
+        return report
+    kept_minimal = report.best_us is not None and report.best_us >= minimal_us
+    report.source = "minimal" if kept_minimal else "searched"
+    return report
