@@ -160,3 +160,13 @@ def test_reproduce_runs_then_reuses_and_writes_the_report(
     assert "| tiny_cnn | " in md and (report / "figures" / "inference-digits-cpu.png").exists()
     assert main(argv) == 0  # again: everything from the cache
     assert "nothing recomputed" in capsys.readouterr().out
+
+
+def test_experiment_files_are_read_like_sweep_configs(tmp_path: Path) -> None:
+    """A key written twice or a file that is not UTF-8 is an error with file:line."""
+    (tmp_path / "twice.yaml").write_text("name: twice\nname: again\n")
+    with pytest.raises(ExperimentError, match=r"twice.yaml:2: key 'name' is written twice"):
+        load_experiment("twice", tmp_path)
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe name: x\n")
+    with pytest.raises(ExperimentError, match="not UTF-8"):
+        load_experiment("binary", tmp_path)

@@ -306,6 +306,7 @@ def test_weight_pruning_params_defaults_and_older_form() -> None:
     ({"levels": []}, "non-empty"),
     ({"level": 0.55}, "level=0.55 is not one of levels"),
     ({"level_by_model": {"resnet18": 0.3}}, r"level_by_model\['resnet18'\]=0.3"),
+    ({"level_by_model": {"resnet81": 0.5}}, "unknown models option 'resnet81'.*resnet18"),
     ({"max_drop": 1}, "less than 1"),
     ({"max_drop": -0.1}, "greater than or equal to 0"),
 ])

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlas.registry import NoParams, register
+from dlas.registry import NoParams, UnknownOptionError, register
+from dlas.registry import get as get_option
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,6 +66,11 @@ class PruningParams(BaseModel):
         from dlas.compression.elbow import find_level
 
         _check_levels(self.levels)
+        for name in self.level_by_model:  # a misspelt model would silently get the elbow
+            try:
+                get_option("models", name)
+            except UnknownOptionError as exc:
+                raise ValueError(f"level_by_model: {exc}") from None
         fixed = dict(self.level_by_model)
         if self.level is not None:
             fixed["level"] = self.level

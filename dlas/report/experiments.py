@@ -118,10 +118,13 @@ def load_experiment(name: str, directory: Path | None = None) -> Experiment:
     if name == Path(PAPER_FILE).stem or not path.exists():
         raise ExperimentError(f"unknown experiment '{name}'; experiments in {directory}: "
                               f"{', '.join(valid) or '(none)'}")
+    from dlas.sweep.yaml_source import load_yaml, read_config_text
+
+    # the sweep config's reader: duplicate keys, non-UTF-8 text, etc. are errors with file:line
     try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ExperimentError(f"{path}: not valid YAML: {exc}") from None
+        raw, _ = load_yaml(read_config_text(path, "experiment"), str(path), "experiment")
+    except ConfigError as exc:
+        raise ExperimentError(str(exc)) from None
     return parse_experiment(raw, path)
 
 
