@@ -317,3 +317,13 @@ def test_pruning_levels_left_without_fine_tuning_are_said_and_recorded(
     (warning,) = info["warnings"]
     assert "level(s) 0.5 got no fine-tuning" in warning
     assert "level(s) 0.5 got no fine-tuning" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_too_many_verification_samples_fail_before_training(tmp_path: Path) -> None:
+    text = tiny_sweep().replace("verify_samples: 4", "verify_samples: 100000")
+    report = run(text, tmp_path)
+    assert report.failed == 1 and report.computed["train"] == 0
+    (row,) = rows(tmp_path)
+    assert row["error_stage"] == "data"
+    assert "budgets.verify_samples is 100000" in row["error"]
+    assert "set budgets.verify_samples to at most" in row["error"]

@@ -153,6 +153,7 @@ class Runner:
         def produce() -> Any:
             start = time.perf_counter()
             bundle = choice.option.fn(choice.params, seed=point.budgets.seed)
+            _check_verify_samples(bundle, point.budgets.verify_samples)
             self.console.stage("data", "loaded", keys.data, self._computed("data", start))
             return bundle
 
@@ -748,6 +749,16 @@ def _vm_accuracy(vm: Any, dataset: Any, batch_size: int = 256, device: Any = Non
     if seen == 0:
         raise ValueError("cannot evaluate on an empty dataset")
     return correct / seen
+
+
+def _check_verify_samples(bundle: Any, verify_samples: int) -> None:
+    """Fail at the data stage, before any training, when the test split is too small for
+    the verification inputs (it would fail only at import, after training)."""
+    size = len(bundle.test)
+    if verify_samples > size:
+        raise ValueError(f"budgets.verify_samples is {verify_samples}, but dataset "
+                         f"'{bundle.name}' has only {size} test images: set "
+                         f"budgets.verify_samples to at most {size}")
 
 
 class MissingSplit:
