@@ -88,8 +88,8 @@ def choose_reduce_range(setting: ReduceRangeSetting, cpu: dict | None = None) ->
         return ReduceRangeChoice(True, "auto: this x86 CPU has no VNNI, so ONNX Runtime's "
                                        "u8 x s8 kernels saturate 8-bit weights' pair sums")
     return ReduceRangeChoice(False, "auto: " + ("this CPU has VNNI" if is_x86(cpu) else
-                                                f"{cpu.get('arch')} int8 kernels do not "
-                                                "saturate"))
+                                                f"not x86 ({cpu.get('arch')}); the VNNI "
+                                                "saturation does not apply"))
 
 
 def int8_host_facts(setting: ReduceRangeSetting) -> dict[str, bool]:
