@@ -285,9 +285,11 @@ def test_onnxruntime_int8_on_a_cpu_without_vnni(quantized, inputs, tmp_path: Pat
     for name in ("calibrated", "calibrated_reduce_range"):  # the reference is CPU-independent
         native = literal_qdq(quantized[name])(inputs)
         assert np.abs(out(name, "ORT_DISABLE_ALL") - native).max() <= step
-        # and on this CPU, whatever it has, the fused model equals it for 7-bit weights
-    np.testing.assert_array_equal(OrtModel(quantized["calibrated_reduce_range"])(inputs),
-                                  literal_qdq(quantized["calibrated_reduce_range"])(inputs))
+    # and on this CPU, whatever it has, the fused model computes it for 7-bit weights (up
+    # to a requantization rounding boundary; saturation misses by more than 3 steps)
+    fused = OrtModel(quantized["calibrated_reduce_range"])(inputs)
+    literal = literal_qdq(quantized["calibrated_reduce_range"])(inputs)
+    assert np.abs(fused - literal).max() <= step
 
 
 def test_uncalibrated_ranges_are_fixed_and_calibrated_come_from_data(
@@ -307,9 +309,10 @@ def test_calibration_recovers_what_a_fixed_range_loses(
     from dlas.models.training import evaluate
 
     dense = evaluate(model, digits.test)
-    calibrated = OrtModel(quantized["calibrated"]).accuracy(digits.test)
+    # the models' own functions (ONNX Runtime's fused kernels differ between CPUs)
+    calibrated = literal_qdq(quantized["calibrated"]).accuracy(digits.test)
     # a fixed range of [-1, 1] clips this model's activations
-    clipped = OrtModel(quantize_qdq(fp32_onnx, global_scale=1.0)).accuracy(digits.test)
+    clipped = literal_qdq(quantize_qdq(fp32_onnx, global_scale=1.0)).accuracy(digits.test)
     assert dense > 0.6
     assert calibrated >= dense - 0.03
     assert clipped < calibrated - 0.05
