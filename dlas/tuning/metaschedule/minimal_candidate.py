@@ -9,13 +9,18 @@ candidate, and stored in the target's database as a tuning record with its trace
 database's best record is what `MetaScheduleApplyDatabase` applies, so the schedule a
 tuned point runs is never slower than its untuned one beyond measurement noise, and the
 report says which of the two it was.
+
+A point's minimal schedules are built in one builder call and run by one runner per kind
+of arguments: MetaSchedule's local builder starts its worker processes for each call
+(and once more to check itself when made), which cost more than the build of one small
+kernel on a loaded 2-core machine (74 s for one candidate measured alone, under load).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -39,25 +44,39 @@ def minimal_schedule(task: Task, schedulers: Mapping[str, ConvScheduler],
     return sch
 
 
-def measure_candidate(sch: s_tir.Schedule, target: tvm.target.Target,
-                      builder: ms.builder.Builder, runner: ms.runner.Runner,
-                      ) -> tuple[list[float] | None, str]:
-    """Build and run one scheduled module as MetaSchedule measures its candidates:
-    (run seconds, "") or (None, why it failed)."""
-    func = sch.mod["main"]
-    (built,) = builder.build([ms.builder.BuilderInput(sch.mod, target)])
-    if built.error_msg:
-        return None, f"build failed: {str(built.error_msg).strip().splitlines()[-1]}"
-    args_info = ms.arg_info.ArgInfo.from_prim_func(func)
+def measure_candidates(schedules: list[s_tir.Schedule], target: tvm.target.Target,
+                       builder: ms.builder.Builder,
+                       runner_for: Callable[[int], ms.runner.Runner],
+                       ) -> list[tuple[list[float] | None, str]]:
+    """Build and run scheduled modules as MetaSchedule measures its candidates, all builds
+    in one builder call (its worker processes start once, not per candidate): per module
+    (run seconds, "") or (None, why it failed). `runner_for(i)` is the runner for module
+    `i` (modules whose arguments are alike share one, so its workers start once too)."""
+    built = builder.build([ms.builder.BuilderInput(sch.mod, target) for sch in schedules])
     device = "cuda" if target.kind.name == "cuda" else "cpu"
+    results: list[tuple[list[float] | None, str]] = []
     try:
-        (future,) = runner.run([ms.runner.RunnerInput(built.artifact_path, device, args_info)])
-        result = future.result()
+        for i, (sch, one) in enumerate(zip(schedules, built, strict=True)):
+            if one.error_msg:
+                results.append((None, f"build failed: {_last_line(one.error_msg)}"))
+                continue
+            args_info = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
+            (future,) = runner_for(i).run(
+                [ms.runner.RunnerInput(one.artifact_path, device, args_info)])
+            result = future.result()
+            if result.error_msg:
+                results.append((None, f"run failed: {_last_line(result.error_msg)}"))
+            else:
+                results.append(([float(t) for t in result.run_secs], ""))
     finally:
-        builder_cleanup(built.artifact_path)
-    if result.error_msg:
-        return None, f"run failed: {str(result.error_msg).strip().splitlines()[-1]}"
-    return [float(s) for s in result.run_secs], ""
+        for one in built:
+            builder_cleanup(one.artifact_path)
+    return results
+
+
+def _last_line(message: object) -> str:
+    lines = str(message).strip().splitlines()
+    return lines[-1] if lines else ""
 
 
 def builder_cleanup(path: str | None) -> None:
@@ -74,27 +93,39 @@ def record_minimal(db: TuningDatabase, task: Task, sch: s_tir.Schedule,
     db.database.commit_tuning_record(ms.database.TuningRecord(
         sch.trace, workload, run_secs=run_secs, target=target, args_info=args_info))
     us = float(np.mean(run_secs)) * 1e6
-    entry = db.entry(task.mod, task.name)
-    entry.minimal_us = us
+    db.entry(task.mod, task.name).minimal_us = us
     db.save()
     return us
 
 
-def ensure_minimal(db: TuningDatabase, task: Task, schedulers: Mapping[str, ConvScheduler],
-                   target: tvm.target.Target, vector_bits: int,
-                   builder: ms.builder.Builder, runner: ms.runner.Runner) -> tuple[float | None,
-                                                                                   str]:
-    """The task's minimal schedule measured and in the database (once per workload and
-    target): its mean time in us, or None and why it could not be measured."""
-    entry = db.entry(task.mod, task.name)
-    if entry.minimal_us is not None:
-        return entry.minimal_us, ""
-    try:
-        sch = minimal_schedule(task, schedulers, target, vector_bits)
-    except Exception as exc:  # noqa: BLE001 - no minimal candidate: the search decides alone
-        log.debug("minimal schedule of %s failed: %s", task.name, exc)
-        return None, f"minimal schedule failed: {type(exc).__name__}: {exc}"
-    run_secs, error = measure_candidate(sch, target, builder, runner)
-    if run_secs is None:
-        return None, f"minimal schedule not measured ({error})"
-    return record_minimal(db, task, sch, target, run_secs), ""
+def ensure_minimals(db: TuningDatabase, tasks: list[Task],
+                    schedulers: Callable[[Task], Mapping[str, ConvScheduler]],
+                    target: tvm.target.Target, vector_bits: int,
+                    builder: ms.builder.Builder,
+                    runner_for: Callable[[Task], ms.runner.Runner],
+                    ) -> dict[str, tuple[float | None, str]]:
+    """Each task's minimal schedule measured and in the database (once per workload and
+    target), by task name: its mean time in us, or None and why it could not be measured.
+    Tasks whose minimal schedule is already recorded cost nothing."""
+    out: dict[str, tuple[float | None, str]] = {}
+    todo: list[tuple[Task, s_tir.Schedule]] = []
+    for task in tasks:
+        known = db.entry(task.mod, task.name).minimal_us
+        if known is not None:
+            out[task.name] = (known, "")
+            continue
+        try:
+            todo.append((task, minimal_schedule(task, schedulers(task), target, vector_bits)))
+        except Exception as exc:  # noqa: BLE001 - no minimal candidate: the search decides
+            log.debug("minimal schedule of %s failed: %s", task.name, exc)
+            out[task.name] = (None, f"minimal schedule failed: {type(exc).__name__}: {exc}")
+    if not todo:
+        return out
+    measured = measure_candidates([sch for _, sch in todo], target, builder,
+                                  lambda i: runner_for(todo[i][0]))
+    for (task, sch), (run_secs, error) in zip(todo, measured, strict=True):
+        if run_secs is None:
+            out[task.name] = (None, f"minimal schedule not measured ({error})")
+        else:
+            out[task.name] = (record_minimal(db, task, sch, target, run_secs), "")
+    return out

@@ -35,7 +35,7 @@ from dlas.tuning.metaschedule.measure import (
     make_builder,
     make_runner,
 )
-from dlas.tuning.metaschedule.minimal_candidate import ensure_minimal
+from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 
@@ -157,6 +157,9 @@ class MetaScheduleHook:
             self._check_board()
         db = TuningDatabase(self.db_dir)
         tasks = sorted(extract(mod, target), key=lambda t: -_flops(t) * t.weight)
+        # The allotment first (so every allotted task's minimal schedule can be measured
+        # in one batch), then each task tuned or reused.
+        allotted: list[tuple[int, Task, str, int]] = []
         budget = self.settings.trials
         for i, task in enumerate(tasks, 1):
             kind = "sparse" if task.has_dynamic_loops else "dense"
@@ -165,7 +168,6 @@ class MetaScheduleHook:
                     task.name, kind, "untuned", note="not a conv (tasks: convs)"))
                 continue
             wanted = min(self.settings.trials_per_task, budget)
-            need = db.needs(task.mod, task.name, wanted)
             if wanted <= 0:
                 self.report.tasks.append(TaskReport(
                     task.name, kind, "untuned", note="total trial budget spent on larger tasks"))
@@ -173,7 +175,11 @@ class MetaScheduleHook:
             # The budget is charged what a task is allotted, tuned now or earlier, so a
             # point gets the same allocation whatever the database already holds.
             budget -= wanted
-            minimal_us, why = self._minimal(db, task, target)
+            allotted.append((i, task, kind, wanted))
+        minimal = self._minimals(db, [task for _, task, _, _ in allotted], target)
+        for i, task, kind, wanted in allotted:
+            minimal_us, why = minimal[task.name]
+            need = db.needs(task.mod, task.name, wanted)
             if need == 0:
                 entry = db.entry(task.mod, task.name)
                 reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
@@ -195,23 +201,35 @@ class MetaScheduleHook:
                  f"{self.report.seconds:.0f}s")
         return tuned
 
-    def _minimal(self, db: TuningDatabase, task: Task,
-                 target: tvm.target.Target) -> tuple[float | None, str]:
-        """The task's minimal schedule measured into the database (once per workload)."""
+    def _minimals(self, db: TuningDatabase, tasks: list[Task],
+                  target: tvm.target.Target) -> dict[str, tuple[float | None, str]]:
+        """Every allotted task's minimal schedule measured into the database as a candidate
+        (once per workload): built in one batch, run by one runner per kind of arguments."""
         s = self.settings
-        if db.entry(task.mod, task.name).minimal_us is not None:
-            return db.entry(task.mod, task.name).minimal_us, ""
+        fresh = [t for t in tasks if db.entry(t.mod, t.name).minimal_us is None]
+        if fresh:
+            self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
-        minimal_us, why = ensure_minimal(
-            db, task, _schedulers(task.algorithms), target, _vector_bits(target),
-            make_builder(s.timeouts, 1),
-            make_runner(self.target, s.timeouts, task.index_constants(), s.runner_repeat,
-                        s.runner_number))
-        took = time.perf_counter() - started
-        self.say(f"minimal schedule of {task.name} as a candidate: "
-                 + (f"{minimal_us:.1f} us" if minimal_us is not None else why)
-                 + f" ({took:.1f}s)")
-        return minimal_us, why
+        runners: dict[bool, ms.runner.Runner] = {}
+
+        def runner_for(task: Task) -> ms.runner.Runner:
+            values = task.index_constants()
+            if values:  # the task's own CSR arrays: a runner of its own
+                return make_runner(self.target, s.timeouts, values, s.runner_repeat,
+                                   s.runner_number)
+            if False not in runners:
+                runners[False] = make_runner(self.target, s.timeouts, {}, s.runner_repeat,
+                                             s.runner_number)
+            return runners[False]
+
+        measured = ensure_minimals(
+            db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
+            make_builder(s.timeouts, s.builder_workers), runner_for) if tasks else {}
+        if fresh:
+            failed = [name for name, (us, _) in measured.items() if us is None]
+            self.say(f"minimal schedules measured in {time.perf_counter() - started:.1f}s"
+                     + (f"; not measured: {', '.join(failed)}" if failed else ""))
+        return measured
 
     def _check_board(self) -> None:
         """Fail the point with the tracker's own story (unreachable, no free board) before
