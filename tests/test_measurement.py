@@ -116,22 +116,26 @@ def test_older_database_gains_the_noise_columns(tmp_path: Path) -> None:
     assert new["runtime_info"] == {"runtime": "onnxruntime", "threads": 2}
 
 
-def forced_load(monkeypatch: pytest.MonkeyPatch, cores: float, until: float | None = None
-                ) -> None:
-    """Every load probe reads `cores` of other processes' work (for `until` seconds from
-    the first reading, quiet after): the detector's input forced, for the TVM and
-    baseline paths alike."""
+def forced_load(monkeypatch: pytest.MonkeyPatch, cores: float,
+                busy_windows: int | None = None) -> None:
+    """Every load probe reads `cores` of other processes' work, for the first
+    `busy_windows` intervals between readings (all of them when None; quiet after): the
+    detector's input forced, for the TVM and baseline paths alike. Counted in readings,
+    not seconds, so a slow (loaded) test machine sees the same story."""
     import time
 
     from dlas.measure import sampling
 
-    first: list[float] = []
+    state = {"readings": 0, "busy": 0.0, "last": None}
 
     def reader(cpus: object) -> tuple[float, float, float]:
         now = time.perf_counter()
-        first.append(now)
-        busy_until = None if until is None else first[0] + until
-        return cores * (now if busy_until is None else min(now, busy_until)), 0.0, 0.0
+        if state["last"] is not None and (busy_windows is None
+                                          or state["readings"] <= busy_windows):
+            state["busy"] += cores * (now - state["last"])
+        state["last"] = now
+        state["readings"] += 1
+        return state["busy"], 0.0, 0.0
 
     monkeypatch.setattr(sampling, "read_cpu_times", reader)
 
@@ -158,13 +162,13 @@ def test_a_busy_machine_flags_tvm_and_baseline_rows_and_says_so(
 
 def test_load_that_passes_is_waited_out_and_the_row_is_clean(
         tmp_path: Path, shared_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    forced_load(monkeypatch, cores=2.0, until=0.0)  # quiet from the start: no re-take
+    forced_load(monkeypatch, cores=2.0, busy_windows=0)  # quiet throughout: no re-take
     text = tiny_sweep().replace("verify_samples: 4", "verify_samples: 4\n  cv_threshold: 10")
     text = text.replace("measure_repeat: 5", "measure_repeat: 6")  # measured here, not reused
     quiet = run(text, tmp_path / "quiet", shared_cache).rows[0]
     assert (quiet["load_retries"], quiet["loaded_samples"], quiet["noisy"]) == (0, 0, 0)
 
-    forced_load(monkeypatch, cores=2.0, until=0.05)  # busy for the first chunk only
+    forced_load(monkeypatch, cores=2.0, busy_windows=1)  # busy for the first chunk only
     text = text.replace("measure_repeat: 6", "measure_repeat: 8")  # a new measurement
     row = run(text, tmp_path / "busy", shared_cache).rows[0]
     assert row["load_retries"] >= 1 and row["loaded_samples"] == 0 and row["noisy"] == 0
