@@ -52,7 +52,11 @@ class Timeouts:
 
 
 def make_builder(timeouts: Timeouts, workers: int) -> ms.builder.Builder:
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeouts.builder_s)
+    """Local build workers that skip TVM's tensor-intrinsic import (`build_worker`)."""
+    from dlas.tuning.metaschedule.build_worker import build_candidate
+
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeouts.builder_s,
+                                   f_build=build_candidate)
 
 
 def make_runner(target: TargetSpec, timeouts: Timeouts, values: dict[int, np.ndarray],

@@ -151,8 +151,11 @@ class MetaScheduleHook:
         self.space_for: Callable[[Task], Any] | None = None
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+        from dlas._compat.tensor_intrin import register_for
+
         _quiet_metaschedule()
         start = time.perf_counter()
+        register_for(target)  # not all of TVM's intrinsics: 100-180 s per process
         if self.target.rpc is not None:
             self._check_board()
         db = TuningDatabase(self.db_dir)
