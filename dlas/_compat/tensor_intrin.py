@@ -36,16 +36,20 @@ def modules_for(kind: str, arch: str) -> list[str]:
 def register_for(target: object) -> list[str]:
     """Register the intrinsics `target` (a tvm.target.Target) can use; the modules now
     imported. Does nothing when TVM's package was imported whole already."""
-    kind = str(getattr(getattr(target, "kind", None), "name", "llvm"))
-    host = getattr(target, "host", None)
-    triple = str(target.attrs.get("mtriple", "")) if hasattr(target, "attrs") else ""
     import platform
 
-    arch = triple.split("-")[0] if triple else platform.machine()
-    wanted = modules_for(kind, arch)
+    def triple_arch(t: object) -> str:
+        try:
+            triple = str(t.attrs.get("mtriple", "") or "")  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - no attrs to read: this machine's architecture
+            triple = ""
+        return triple.split("-")[0] if triple else platform.machine()
+
+    kind = str(getattr(getattr(target, "kind", None), "name", "llvm"))
+    wanted = modules_for(kind, triple_arch(target))
+    host = getattr(target, "host", None)
     if kind == "cuda" and host is not None:
-        host_triple = str(host.attrs.get("mtriple", "")) if hasattr(host, "attrs") else ""
-        wanted += modules_for("llvm", host_triple.split("-")[0] or platform.machine())
+        wanted += modules_for("llvm", triple_arch(host))
     if PACKAGE not in sys.modules:
         spec = importlib.util.find_spec(PACKAGE)
         if spec is None or spec.submodule_search_locations is None:
