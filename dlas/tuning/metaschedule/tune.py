@@ -213,17 +213,17 @@ class MetaScheduleHook:
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
-        runners: dict[bool, ms.runner.Runner] = {}
+        shared: list[ms.runner.Runner] = []  # one runner for every task without CSR arrays
 
         def runner_for(task: Task) -> ms.runner.Runner:
             values = task.index_constants()
             if values:  # the task's own CSR arrays: a runner of its own
                 return make_runner(self.target, s.timeouts, values, s.runner_repeat,
                                    s.runner_number)
-            if False not in runners:
-                runners[False] = make_runner(self.target, s.timeouts, {}, s.runner_repeat,
-                                             s.runner_number)
-            return runners[False]
+            if not shared:
+                shared.append(make_runner(self.target, s.timeouts, {}, s.runner_repeat,
+                                          s.runner_number))
+            return shared[0]
 
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
