@@ -210,8 +210,10 @@ def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
     which was measured as a candidate first: the point keeps the minimal schedule and
     says so."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(32, 64, 3, padding=1), nn.ReLU()).eval()
-    shape = (1, 32, 28, 28)
+    # the output (1.6 MB) outgrows L2 on every CPU seen, so writing it across its strides
+    # once per reduction step costs ~100x the minimal schedule: no noise can reverse that
+    model = nn.Sequential(nn.Conv2d(16, 128, 3, padding=1), nn.ReLU()).eval()
+    shape = (1, 16, 56, 56)
     imp = import_torch_model(model, shape)
     spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
     ctx = TuningContext(target=spec, budgets=Budgets(), work_dir=tmp_path / "tuning",
@@ -224,7 +226,9 @@ def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
                            schedule_hook=hook)
     conv = next(t for t in hook.report.tasks if "conv2d" in t.task)
     assert conv.outcome == "tuned" and conv.trials >= 1, conv
-    assert conv.source == "minimal" and conv.best_us == pytest.approx(conv.minimal_us)
+    # the search may measure the minimal trace again (it seeds its population with the
+    # database's records); whichever reading is faster, the schedule kept is the minimal one
+    assert conv.source == "minimal" and conv.best_us <= conv.minimal_us
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     want = model(torch.from_numpy(x)).detach().numpy().reshape(1, -1)
     got = run_batch(load_vm(result.executable_path), x)
@@ -233,6 +237,15 @@ def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
     db = TuningDatabase(Path(hook.report.database))
     task_mod = next(iter(db.database.get_all_tuning_records())).workload.mod
     assert db.measured_trials(task_mod) == conv.trials
+    # a faster reading of the same minimal trace (as a search re-measuring it may draw) is
+    # still the minimal schedule: attribution is by what is applied, not by which time won
+    from tvm.s_tir import meta_schedule as ms
+
+    first = min(db.database.get_all_tuning_records(),
+                key=lambda r: float(np.mean([float(t) for t in r.run_secs])))
+    db.database.commit_tuning_record(ms.database.TuningRecord(
+        first.trace, first.workload, run_secs=[conv.minimal_us * 1e-6 / 2],
+        target=first.target, args_info=first.args_info))
     # a second point reuses the task and measures nothing again, minimal included
     again = metaschedule(MetaScheduleParams(trials=2, trials_per_task=2, trials_per_iter=2,
                                             population=8, early_stopping=None, tasks="convs"),
@@ -242,3 +255,4 @@ def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
     reused = next(t for t in again.report.tasks if "conv2d" in t.task)
     assert reused.outcome == "reused" and reused.source == "minimal"
     assert reused.minimal_us == conv.minimal_us
+    assert reused.best_us == pytest.approx(conv.minimal_us / 2)

@@ -57,6 +57,11 @@ class LedgerEntry:
     #: The algorithm's minimal schedule, measured and stored as one more record (not a
     #: trial: `measured_trials` leaves it out), so the best record never loses to it.
     minimal_us: float | None = None
+    #: The minimal schedule's identity (`workload_key` of the module it schedules), so the
+    #: report can tell "the best record is the minimal schedule" by what it is, not by
+    #: comparing times: the search may measure the same schedule again and draw a faster
+    #: reading of it.
+    minimal_key: str | None = None
 
 
 class TuningDatabase:
@@ -94,6 +99,19 @@ class TuningDatabase:
             return None
         secs = [float(s) for s in top[0].run_secs]
         return sum(secs) / len(secs) * 1e6
+
+    def best_schedule_key(self, mod: tvm.IRModule) -> str | None:
+        """`workload_key` of the module the best record schedules (what is applied)."""
+        from tvm import s_tir
+
+        if not self.database.has_workload(mod):
+            return None
+        top = self.database.get_top_k(self.database.commit_workload(mod), 1)
+        if not top:
+            return None
+        sch = s_tir.Schedule(mod)
+        top[0].trace.apply_to_schedule(sch, remove_postproc=False)
+        return workload_key(sch.mod)
 
     def needs(self, mod: tvm.IRModule, task: str, trials: int) -> int:
         """How many more trials this workload needs to have been tuned with `trials`."""

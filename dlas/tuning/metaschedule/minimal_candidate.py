@@ -29,7 +29,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
-from dlas.tuning.metaschedule.database import TuningDatabase
+from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,8 @@ def record_minimal(db: TuningDatabase, task: Task, sch: s_tir.Schedule,
     db.database.commit_tuning_record(ms.database.TuningRecord(
         sch.trace, workload, run_secs=run_secs, target=target, args_info=args_info))
     us = float(np.mean(run_secs)) * 1e6
-    db.entry(task.mod, task.name).minimal_us = us
+    entry = db.entry(task.mod, task.name)
+    entry.minimal_us, entry.minimal_key = us, workload_key(sch.mod)
     db.save()
     return us
 

@@ -188,13 +188,13 @@ class MetaScheduleHook:
                 reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
                                     best_us=db.best_us(task.mod), ended_by=entry.ended_by,
                                     note=why)
-                self.report.tasks.append(_with_source(reused, minimal_us))
+                self.report.tasks.append(_with_source(reused, minimal_us, db, task))
                 continue
             prefix = f"tuning task {i}/{len(tasks)} {task.name} ({kind})"
             tuned = self._tune_task(db, task, kind, need, wanted, target, prefix)
             if why:
                 tuned.note = "; ".join(n for n in (tuned.note, why) if n)
-            self.report.tasks.append(_with_source(tuned, minimal_us))
+            self.report.tasks.append(_with_source(tuned, minimal_us, db, task))
         with target, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase(str(self.db_dir))(mod)
         self.report.seconds = time.perf_counter() - start
@@ -302,15 +302,22 @@ class MetaScheduleHook:
                           best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
 
 
-def _with_source(report: TaskReport, minimal_us: float | None) -> TaskReport:
-    """Say whether the schedule applied is the searched one or the minimal one (the
-    database's best record wins, so the minimal one is kept when search lost to it)."""
+def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabase,
+                 task: Task) -> TaskReport:
+    """Say whether the schedule applied is the searched one or the minimal one. The
+    database's best record is applied; it is the minimal schedule when it schedules the
+    same module (the search can measure the minimal trace again, from the database's
+    records it seeds its population with, and that reading may be the faster one)."""
     report.minimal_us = minimal_us
     if minimal_us is None or report.outcome not in ("tuned", "reused", "failed"):
         return report
     if report.outcome == "failed":
         report.source = "minimal"
         return report
-    kept_minimal = report.best_us is not None and report.best_us >= minimal_us
+    minimal_key = db.entry(task.mod, task.name).minimal_key
+    if minimal_key is not None:
+        kept_minimal = db.best_schedule_key(task.mod) == minimal_key
+    else:  # a ledger from before schedules were identified: compare times
+        kept_minimal = report.best_us is not None and report.best_us >= minimal_us
     report.source = "minimal" if kept_minimal else "searched"
     return report
