@@ -102,6 +102,57 @@ def test_csr_conv_tuned_with_sparse_space_and_real_arrays(tmp_path: Path) -> Non
     assert any("sample_perfect_tile" in str(r.trace) for r in records)
 
 
+def test_a_points_csr_tasks_share_one_session_with_their_own_arrays(tmp_path: Path) -> None:
+    """Two CSR convs of different shapes are tuned in one MetaSchedule session (one
+    builder, one runner, the gradient scheduler), each timed with its own real arrays
+    (picked by argument signature: random index arrays would read out of bounds), and
+    the point's budget is shared between them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(16, 8, 3, padding=1), nn.ReLU()).eval()
+    with torch.no_grad():
+        for layer in (model[0], model[2]):
+            layer.weight.mul_((torch.rand_like(layer.weight) >= 0.8).float())
+    imp = import_torch_model(model, SHAPE)
+    hook, result = _tune(imp, "direct_csr", tmp_path / "tuning", tmp_path / "a", trials=4,
+                         trials_per_task=4, trials_per_iter=2, tasks="convs")
+    sparse = [t for t in hook.report.tasks if t.kind == "sparse"]
+    assert len(sparse) == 2, hook.report.summary()
+    assert all(t.outcome == "tuned" and t.trials == 2 and t.best_us > 0 for t in sparse)
+    assert sum("in one session" in line for line in hook.lines) == 1, hook.lines
+    _check_outputs(model, result.executable_path)
+
+
+def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
+        tmp_path: Path) -> None:
+    """The runner's allocator knows a candidate only by its argument signature, so two
+    CSR tasks alike in signature but with other arrays are tuned in two sessions."""
+    from dataclasses import replace
+
+    from dlas.tuning.metaschedule.tasks import Task, extract
+    from dlas.tuning.metaschedule.tune import _Job, _sessions
+
+    captured: list[Task] = []
+
+    def capture(mod, target):  # noqa: ANN001, ANN202 - the compile hook's signature
+        captured.extend(t for t in extract(mod, target) if t.algorithms)
+        return mod
+
+    compile_model(import_torch_model(_model(sparsity=0.8), SHAPE), _algorithm("direct_csr"),
+                  host_target(2), tmp_path / "a", schedule_hook=capture)
+    (csr,) = captured
+    assert csr.index_constants()
+    other = replace(csr, name="other", constants={
+        i: (v[::-1].copy() if v.dtype.kind == "f" else v) for i, v in csr.constants.items()})
+    dense = replace(csr, name="dense", constants={})
+
+    def jobs(*tasks: Task) -> list[_Job]:
+        return [_Job(1, t, "sparse", 4, None, "") for t in tasks]
+
+    assert [len(s) for s in _sessions(jobs(csr, other, dense))] == [2, 1]
+    assert [len(s) for s in _sessions(jobs(csr, replace(csr, name="same"), dense))] == [3]
+
+
 def test_real_arguments_copy_the_csr_arrays_in() -> None:
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import TensorInfo

@@ -3,6 +3,7 @@ the model's real CSR arrays as arguments, early stopping and progress."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,20 +13,41 @@ import numpy as np
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from dlas.targets.base import TargetSpec
+
+
+def args_signature(args_info: Any) -> str:
+    """A candidate's argument kinds, dtypes and shapes as one string: how the runner's
+    allocator tells the tasks of one tuning session apart (it is given nothing else)."""
+    return json.dumps([[str(kind), str(dtype), [int(d) for d in shape]]
+                       for kind, dtype, shape in args_info])
+
+
+def task_signature(mod: Any) -> str:
+    """`args_signature` of a task's PrimFunc, as its candidates will be allocated."""
+    return args_signature([info.as_json() for info in
+                           ms.arg_info.ArgInfo.from_prim_func(mod["main"])])
 
 
 class RealArguments:
     """`f_alloc_argument` for the runner: random tensors, except the arguments whose real
     values are given (a CSR kernel's data/indices/indptr), which are copied in.
 
+    One session tunes all tasks of a point through one runner, so the values are keyed
+    by the candidate's `args_signature` (`by_signature`); `values` applies to every
+    candidate (a runner of one task). Tasks whose real values differ but whose signatures
+    are equal cannot share a runner: `tune` puts them in separate sessions.
+
     Pickled into MetaSchedule's runner worker (local) or called with an RPC session
     (remote); both signatures end in (device, args_info, alloc_repeat).
     """
 
-    def __init__(self, values: dict[int, np.ndarray]) -> None:
-        self.values = values
+    def __init__(self, values: dict[int, np.ndarray] | None = None,
+                 by_signature: dict[str, dict[int, np.ndarray]] | None = None) -> None:
+        self.values = values or {}
+        self.by_signature = by_signature or {}
 
     def __call__(self, *args: Any) -> list[list[Any]]:
         from tvm.s_tir.meta_schedule.runner.utils import alloc_argument_common
@@ -37,8 +59,11 @@ class RealArguments:
         fill = session.get_function(name) if session is not None else get_global_func(
             name, allow_missing=True)
         repeated = alloc_argument_common(fill, device, args_info, alloc_repeat)
+        values = self.values
+        if self.by_signature:
+            values = {**values, **self.by_signature.get(args_signature(args_info), {})}
         for arguments in repeated:
-            for index, value in self.values.items():
+            for index, value in values.items():
                 arguments[index].copyfrom(np.ascontiguousarray(value))
         return repeated
 
@@ -59,12 +84,12 @@ def make_builder(timeouts: Timeouts, workers: int) -> ms.builder.Builder:
                                    f_build=build_candidate)
 
 
-def make_runner(target: TargetSpec, timeouts: Timeouts, values: dict[int, np.ndarray],
+def make_runner(target: TargetSpec, timeouts: Timeouts, alloc: RealArguments | None,
                 repeat: int, number: int) -> ms.runner.Runner:
-    """A runner on this machine, or on the target's board through its RPC tracker."""
+    """A runner on this machine, or on the target's board through its RPC tracker;
+    `alloc` passes real argument values (CSR arrays), None random ones."""
     evaluator = ms.runner.EvaluatorConfig(number=number, repeat=repeat, min_repeat_ms=50,
                                           enable_cpu_cache_flush=False)
-    alloc = RealArguments(values) if values else None
     if target.rpc is not None:
         rpc = ms.runner.RPCConfig(tracker_host=target.rpc.host, tracker_port=target.rpc.port,
                                   tracker_key=target.rpc.key, session_priority=1,
@@ -77,7 +102,7 @@ def make_runner(target: TargetSpec, timeouts: Timeouts, values: dict[int, np.nda
 
 @dataclass
 class TaskProgress:
-    """What the callback saw of one task (a single task is tuned per MetaSchedule run)."""
+    """What the callback saw of one task of a tuning session."""
 
     trials: int = 0
     errors: int = 0
@@ -106,12 +131,15 @@ class TaskProgress:
 
 @derived_object
 class EarlyStopping(PyMeasureCallback):
-    """Ends a task after `patience` measured trials without a better candidate (the
-    paper's "stop after 1,000 trials without improvement"; MetaSchedule has no such
-    switch), and reports progress after every batch."""
+    """Counts each task's measured candidates and marks it stopped after `patience`
+    trials without a better one (the paper's "stop after 1,000 trials without
+    improvement"; MetaSchedule has no such switch), and reports progress after every
+    batch. The task ends at its next turn: `TaskSearch` then offers no candidates and
+    the scheduler terminates it (terminating it here would be done twice when this runs
+    inside the scheduler's final join)."""
 
-    def __init__(self, patience: int | None, progress: TaskProgress,
-                 report: Callable[[TaskProgress], None] | None = None) -> None:
+    def __init__(self, patience: int | None, progress: list[TaskProgress],
+                 report: Callable[[int, TaskProgress], None] | None = None) -> None:
         super().__init__()
         self.patience = patience
         self.progress = progress
@@ -119,7 +147,7 @@ class EarlyStopping(PyMeasureCallback):
 
     def apply(self, task_scheduler: ms.TaskScheduler, task_id: int, measure_candidates: Any,
               builder_results: Any, runner_results: Any) -> None:
-        p = self.progress
+        p = self.progress[task_id]
         seconds: list[float | None] = []
         error = ""
         for built, ran in zip(builder_results, runner_results, strict=True):
@@ -130,8 +158,44 @@ class EarlyStopping(PyMeasureCallback):
                 continue
             secs = [float(s) for s in ran.run_secs]
             seconds.append(sum(secs) / len(secs))
-        if p.record(seconds, self.patience, error) and not p.stopped_early:
+        if p.record(seconds, self.patience, error):
             p.stopped_early = True
-            task_scheduler.terminate_task(task_id)
         if self.report is not None:
-            self.report(p)
+            self.report(task_id, p)
+
+
+@derived_object
+class TaskSearch(PySearchStrategy):
+    """One task's search in a session: MetaSchedule's strategy, with the task's own trial
+    limit (MetaSchedule's `max_trials_per_task` is one number for all tasks, and a
+    resumed task lacks fewer) and its early stop (no more candidates once `progress`
+    says so)."""
+
+    def __init__(self, inner: ms.search_strategy.SearchStrategy, limit: int,
+                 progress: TaskProgress) -> None:
+        super().__init__()
+        self.inner = inner
+        self.limit = limit
+        self.progress = progress
+
+    def _initialize_with_tune_context(self, context: Any) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials: int, num_trials_per_iter: int, design_spaces: Any,
+                   database: Any = None, cost_model: Any = None) -> None:
+        self.inner.pre_tuning(min(max_trials, self.limit), min(num_trials_per_iter, self.limit),
+                              design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self) -> Any:
+        if self.progress.stopped_early:
+            return None
+        return self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> Any:
+        return TaskSearch(self.inner.clone(), self.limit, self.progress)

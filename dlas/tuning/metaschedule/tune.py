@@ -1,12 +1,17 @@
 """Tune a model's tasks with MetaSchedule and apply the best schedules (the compile hook).
 
-Tasks are tuned one at a time, most expensive first (FLOPs x calls), each with its own
-MetaSchedule run. Each task's minimal (untuned) schedule is measured first and stored as
-one more candidate (`minimal_candidate`), so a small budget never makes a point slower
-than untuned. That is what lets a task have its own search space (the sparse one for
-CSR kernels), its own runner arguments (the model's real CSR arrays), its own early
-stop, resumable bookkeeping and progress line. The total budget is spent in that order:
-a task left without trials keeps the algorithm's minimal schedule, and the report says so.
+A point's tasks are tuned in one MetaSchedule session: one builder pool, one runner (the
+model's real CSR arrays passed to each CSR task's candidates, picked by argument
+signature), and MetaSchedule's gradient task scheduler (Ansor's), which spends the
+point's `trials` where the point's weighted latency gains most, at most
+`trials_per_task` on one task. Each task keeps its own search space (the sparse one for
+CSR kernels), its own early stop and its ledger entry, so an interrupted session
+resumes with what each task lacks and a task tuned by any earlier point is reused.
+
+Before any search, each task's minimal (untuned) schedule is measured and stored as one
+more candidate (`minimal_candidate`), so a small budget never makes a point slower than
+untuned; the report says per task which schedule was applied. The database is read once
+per point and the schedules are applied from that same reading.
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ from dlas.targets.base import TargetSpec
 from dlas.tuning.metaschedule.database import TuningDatabase
 from dlas.tuning.metaschedule.measure import (
     EarlyStopping,
+    RealArguments,
     TaskProgress,
+    TaskSearch,
     Timeouts,
     make_builder,
     make_runner,
+    task_signature,
 )
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.sparse_space import csr_space
@@ -158,31 +166,22 @@ class MetaScheduleHook:
         register_for(target)  # not all of TVM's intrinsics: 100-180 s per process
         if self.target.rpc is not None:
             self._check_board()
-        db = TuningDatabase(self.db_dir)
+        db = TuningDatabase(self.db_dir)  # read once for the whole point
         tasks = sorted(extract(mod, target), key=lambda t: -_flops(t) * t.weight)
-        # The allotment first (so every allotted task's minimal schedule can be measured
-        # in one batch), then each task tuned or reused.
-        allotted: list[tuple[int, Task, str, int]] = []
-        budget = self.settings.trials
+        eligible: list[tuple[int, Task, str]] = []
         for i, task in enumerate(tasks, 1):
             kind = "sparse" if task.has_dynamic_loops else "dense"
             if self.settings.only_convs and not task.algorithms:
                 self.report.tasks.append(TaskReport(
                     task.name, kind, "untuned", note="not a conv (tasks: convs)"))
                 continue
-            wanted = min(self.settings.trials_per_task, budget)
-            if wanted <= 0:
-                self.report.tasks.append(TaskReport(
-                    task.name, kind, "untuned", note="total trial budget spent on larger tasks"))
-                continue
-            # The budget is charged what a task is allotted, tuned now or earlier, so a
-            # point gets the same allocation whatever the database already holds.
-            budget -= wanted
-            allotted.append((i, task, kind, wanted))
-        minimal = self._minimals(db, [task for _, task, _, _ in allotted], target)
-        for i, task, kind, wanted in allotted:
+            eligible.append((i, task, kind))
+        minimal = self._minimals(db, [task for _, task, _ in eligible], target)
+        cap = self.settings.trials_per_task
+        jobs: list[_Job] = []
+        for i, task, kind in eligible:
             minimal_us, why = minimal[task.name]
-            need = db.needs(task.mod, task.name, wanted)
+            need = db.needs(task.mod, task.name, cap)
             if need == 0:
                 entry = db.entry(task.mod, task.name)
                 reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
@@ -190,13 +189,15 @@ class MetaScheduleHook:
                                     note=why)
                 self.report.tasks.append(_with_source(reused, minimal_us, db, task))
                 continue
-            prefix = f"tuning task {i}/{len(tasks)} {task.name} ({kind})"
-            tuned = self._tune_task(db, task, kind, need, wanted, target, prefix)
-            if why:
-                tuned.note = "; ".join(n for n in (tuned.note, why) if n)
-            self.report.tasks.append(_with_source(tuned, minimal_us, db, task))
-        with target, tvm.transform.PassContext(opt_level=3):
-            tuned = relax.transform.MetaScheduleApplyDatabase(str(self.db_dir))(mod)
+            jobs.append(_Job(i, task, kind, need, minimal_us, why))
+        for session in _sessions(jobs):
+            for job, report in zip(session, self._tune_session(db, session, len(tasks), target),
+                                   strict=True):
+                if job.why:
+                    report.note = "; ".join(n for n in (report.note, job.why) if n)
+                self.report.tasks.append(_with_source(report, job.minimal_us, db, job.task))
+        with target, db.database, tvm.transform.PassContext(opt_level=3):
+            tuned = relax.transform.MetaScheduleApplyDatabase()(mod)
         self.report.seconds = time.perf_counter() - start
         self.say(f"tuning: {self.report.count('tuned')} tasks tuned, "
                  f"{self.report.count('reused')} reused from {self.db_dir.name}, "
@@ -218,10 +219,10 @@ class MetaScheduleHook:
         def runner_for(task: Task) -> ms.runner.Runner:
             values = task.index_constants()
             if values:  # the task's own CSR arrays: a runner of its own
-                return make_runner(self.target, s.timeouts, values, s.runner_repeat,
-                                   s.runner_number)
+                return make_runner(self.target, s.timeouts, RealArguments(values),
+                                   s.runner_repeat, s.runner_number)
             if not shared:
-                shared.append(make_runner(self.target, s.timeouts, {}, s.runner_repeat,
+                shared.append(make_runner(self.target, s.timeouts, None, s.runner_repeat,
                                           s.runner_number))
             return shared[0]
 
@@ -242,64 +243,140 @@ class MetaScheduleHook:
         session = request_session(self.target.rpc)
         del session  # closes it: the runner opens its own per candidate batch
 
-    def _tune_task(self, db: TuningDatabase, task: Task, kind: str, trials: int,
-                   requested: int, target: tvm.target.Target, prefix: str) -> TaskReport:
-        """Run `trials` more trials of `task`, toward `requested` in all."""
-        s = self.settings
-        entry = db.entry(task.mod, task.name)
-        progress = TaskProgress()
+    def _space(self, task: Task, kind: str, target: tvm.target.Target) -> Any:
+        if self.space_for is not None:
+            return self.space_for(task)
+        if kind == "sparse":
+            return csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
+        return "post-order-apply"
 
-        def report(p: TaskProgress) -> None:
+    def _tune_session(self, db: TuningDatabase, jobs: list[_Job], n_tasks: int,
+                      target: tvm.target.Target) -> list[TaskReport]:
+        """Tune `jobs` in one MetaSchedule run: one builder, one runner (each task's real
+        CSR arrays picked by its argument signature), and MetaSchedule's gradient task
+        scheduler (Ansor's), which after one round over the tasks, largest first, gives
+        each next batch to the task whose tuning most reduces the point's weighted
+        latency. The point's budget is `trials`, each task's at most what it lacks of
+        `trials_per_task`."""
+        s = self.settings
+        budget = min(s.trials, sum(job.need for job in jobs))
+        progress = [TaskProgress() for _ in jobs]
+        names = ", ".join(job.task.name for job in jobs)
+        self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials: {names}")
+
+        def report(task_id: int, p: TaskProgress) -> None:
+            job = jobs[task_id]
             best = f"{p.best_us:.1f} us" if p.best_us is not None else "none yet"
-            self.say(f"{prefix}: {p.trials}/{trials} trials, best {best}"
+            spent = sum(q.trials for q in progress)
+            self.say(f"tuning {spent}/{budget} trials; task {job.index}/{n_tasks} "
+                     f"{job.task.name} ({job.kind}): {p.trials} trials, best {best}"
                      + (f", {p.errors} failed" if p.errors else ""))
 
-        space: Any = "post-order-apply"
-        if self.space_for is not None:
-            space = self.space_for(task)
-        elif kind == "sparse":
-            space = csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
+        alloc = RealArguments(by_signature={
+            task_signature(job.task.mod): job.task.index_constants()
+            for job in jobs if job.task.index_constants()})
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population, init_min_unmeasured=min(50, s.population))
+        per_iter = min(s.trials_per_iter, max(job.need for job in jobs))
+        started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
-            ctx = ms.TuneContext(mod=task.mod, target=target, space_generator=space,
-                                 search_strategy=strategy, task_name=task.name,
-                                 rand_state=s.seed, num_threads=s.builder_workers,
-                                 logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
+            contexts = [ms.TuneContext(mod=job.task.mod, target=target,
+                                       space_generator=self._space(job.task, job.kind, target),
+                                       search_strategy=TaskSearch(strategy.clone(), job.need, p),
+                                       task_name=job.task.name,
+                                       rand_state=s.seed, num_threads=s.builder_workers,
+                                       logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
+                        for job, p in zip(jobs, progress, strict=True)]
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
                          EarlyStopping(s.early_stopping, progress, report)]
             try:
                 ms.tune_tasks(
-                    tasks=[ctx], task_weights=[1.0], work_dir=work,
-                    max_trials_global=trials, max_trials_per_task=trials,
-                    num_trials_per_iter=min(s.trials_per_iter, trials),
+                    tasks=contexts, task_weights=[float(job.task.weight) for job in jobs],
+                    work_dir=work, max_trials_global=budget,
+                    max_trials_per_task=max(job.need for job in jobs),
+                    num_trials_per_iter=per_iter,
                     builder=make_builder(s.timeouts, s.builder_workers),
-                    runner=make_runner(self.target, s.timeouts, task.index_constants(),
+                    runner=make_runner(self.target, s.timeouts,
+                                       alloc if alloc.by_signature else None,
                                        s.runner_repeat, s.runner_number),
                     database=db.database, cost_model=s.cost_model,
-                    measure_callbacks=callbacks, task_scheduler="round-robin")
+                    measure_callbacks=callbacks,
+                    task_scheduler=ms.task_scheduler.GradientBased(seed=s.seed)
+                    if len(jobs) > 1 else "round-robin")
             except KeyboardInterrupt:
-                entry.trials = max(entry.trials, db.measured_trials(task.mod))
+                for job in jobs:
+                    entry = db.entry(job.task.mod, job.task.name)
+                    entry.trials = max(entry.trials, db.measured_trials(job.task.mod))
                 db.save()
                 raise
-        seconds = time.perf_counter() - progress.started
-        ended_by = ("early_stop" if progress.stopped_early else
-                    "budget" if progress.trials >= trials else "space_exhausted")
-        entry.trials = max(entry.trials + progress.trials, db.measured_trials(task.mod))
-        entry.requested = max(entry.requested, requested)
+        seconds = time.perf_counter() - started
+        spent = sum(p.trials for p in progress)
+        return [self._finish(db, job, p, budget, spent, seconds * p.trials / max(spent, 1))
+                for job, p in zip(jobs, progress, strict=True)]
+
+    def _finish(self, db: TuningDatabase, job: _Job, p: TaskProgress, budget: int,
+                spent: int, seconds: float) -> TaskReport:
+        """Book one task of a finished session in the ledger and say how it went."""
+        task, kind = job.task, job.kind
+        entry = db.entry(task.mod, task.name)
+        if p.trials == 0:  # the point's budget went to tasks where it gained more
+            db.save()
+            return TaskReport(task.name, kind, "untuned", note="the point's trial budget "
+                              "went to tasks whose tuning gained more (gradient scheduler)")
+        ended_by = ("early_stop" if p.stopped_early else
+                    "budget" if p.trials >= job.need else
+                    "scheduler" if spent >= budget else "space_exhausted")
+        entry.trials = max(entry.trials + p.trials, db.measured_trials(task.mod))
+        entry.requested = max(entry.requested, self.settings.trials_per_task)
         entry.complete, entry.ended_by = True, ended_by
         entry.best_us = db.best_us(task.mod)
         entry.tuning_s += seconds
         db.save()
-        if progress.best_us is None and db.measured_trials(task.mod) == 0:
+        if p.best_us is None and db.measured_trials(task.mod) == 0:
             # nothing searched ran (the minimal schedule, if measured, is what applies)
-            note = f"no candidate built and ran: {progress.last_error}".strip()
+            note = f"no candidate built and ran: {p.last_error}".strip()
             entry.complete = False
             db.save()
-            return TaskReport(task.name, kind, "failed", trials=progress.trials,
+            return TaskReport(task.name, kind, "failed", trials=p.trials,
                               seconds=seconds, ended_by=ended_by, note=note)
-        return TaskReport(task.name, kind, "tuned", trials=progress.trials,
+        return TaskReport(task.name, kind, "tuned", trials=p.trials,
                           best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
+
+
+@dataclass
+class _Job:
+    """A task of the point that needs trials."""
+
+    index: int  # its rank among the point's tasks (largest first), for progress lines
+    task: Task
+    kind: str
+    need: int
+    minimal_us: float | None
+    why: str
+
+
+def _sessions(jobs: list[_Job]) -> list[list[_Job]]:
+    """Jobs grouped into as few tuning sessions as their runner arguments allow: one,
+    unless two CSR tasks have equal argument signatures but different arrays (the
+    runner's allocator tells tasks apart by signature only)."""
+    sessions: list[tuple[dict[str, Task], list[_Job]]] = []
+    for job in jobs:
+        values = job.task.index_constants()
+        signature = task_signature(job.task.mod) if values else ""
+        for seen, session in sessions:
+            other = seen.get(signature)
+            if not values or other is None or _same_values(other.index_constants(), values):
+                session.append(job)
+                if values:
+                    seen[signature] = job.task
+                break
+        else:
+            sessions.append(({signature: job.task} if values else {}, [job]))
+    return [session for _, session in sessions]
+
+
+def _same_values(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
 def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabase,
