@@ -31,6 +31,7 @@ from dlas.tuning.metaschedule.tasks import Task, extract
 from dlas.tuning.metaschedule.transfer import (
     TransferCandidate,
     adapt_perfect_tile,
+    replay,
     structure_key,
     transfer_candidates,
 )
@@ -148,6 +149,28 @@ def test_perfect_tile_adapted_to_a_new_extent() -> None:
         assert math.prod(adapt_perfect_tile(factors, extent)) == extent
 
 
+def _elementwise(n: int) -> tvm.IRModule:
+    from tvm import te
+
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0, name="B")
+    return tvm.IRModule({"main": te.create_prim_func([a, b])})
+
+
+def test_partitioned_tile_adapted_or_resampled() -> None:
+    sch = s_tir.Schedule(_elementwise(16))
+    (loop,) = sch.get_loops(sch.get_sblock("B"))
+    sch.split(loop, factors=sch.sample_partitioned_tile(
+        loop, n=3, partition_pos=1, innerpart_factor=2, decision=[2, 2, 4]))
+    out, adapted, why = replay(sch.trace, _elementwise(12), [])
+    assert why == "" and adapted == [([2, 2, 4], [3, 1, 4])]
+    (inst,) = [i for i in out.trace.insts if i.kind.name == "SamplePartitionedTile"]
+    assert [int(x) for x in out.trace.decisions[inst]] == [3, 1, 4]
+    # 7 cannot keep an inner part divisible by 2: re-sampled, which fails, so no candidate
+    out, _, why = replay(sch.trace, _elementwise(7), [])
+    assert out is None and why.startswith("replay failed")
+
+
 def test_committed_record_transfers_with_adapted_tiles(tmp_path: Path) -> None:
     src, dst = _task(*SRC), _task(*DST)
     trace = _design_trace(src)
@@ -192,9 +215,13 @@ def test_sources_are_other_workloads_of_the_same_structure_nearest_first(
     _commit(db, far, _design_trace(far), 1e-6)
     _commit(db, near, _design_trace(near), 1e-3)
     _commit(db, near, _design_trace(near), 1e10)  # a failed run is no record to transfer
+    # the source's minimal schedule (here: no schedule at all), faster, as the ledger
+    # knows it: its hand-written schedule is not transferred, its best searched one is
+    _commit(db, near, s_tir.Schedule(near.mod).trace, 1e-7)
+    db.entry(near.mod, near.name).minimal_key = workload_key(near.mod)
     got = transfer_candidates(db, dst, _target(), [])
     assert [c.source_key for c in got] == [workload_key(near.mod), workload_key(far.mod)]
-    assert got[0].source_us == pytest.approx(1000.0)
+    assert got[0].source_us == pytest.approx(1000.0) and got[0].source_task == near.name
     assert got[1].source_task == workload_key(far.mod)  # no ledger entry: its key
     assert [c.source_key for c in transfer_candidates(db, dst, _target(), [], limit=1)] == \
         [workload_key(near.mod)]

@@ -18,12 +18,16 @@ How decisions are adapted (`_adapt`): a `SamplePerfectTile` decision whose produ
 the new loop extent keeps, innermost first, the largest part of each inner factor that
 still divides what is left of the extent (its gcd with it), and puts the rest outermost:
 an innermost tile of 8 on a loop grown from 16 to 24 stays 8, on one of 12 it becomes 4.
-A `SamplePartitionedTile` decision that no longer fits is dropped: the instruction
-samples anew, from the schedule's fixed seed, so replay stays deterministic. Categorical
-decisions (unroll depths, vector widths) do not depend on extents and are kept; a
-compute-location decision that is out of range for the new nest makes the replay fail,
-and the replay is tried once more with those decisions re-sampled. A candidate whose
-replay or any postprocessor fails is skipped, with the reason at debug level.
+(TVM repairs a stale decision itself, but the other way round: a factor that does not
+divide takes the whole remainder, so [1, 2, 1, 6] on a loop of 8 becomes [1, 1, 1, 8],
+everything innermost, past `max_innermost_factor` on large loops; the gcd never grows
+the innermost factor.) A `SamplePartitionedTile` decision is adapted the same way and
+dropped (re-sampled from the schedule's fixed seed, so replay stays deterministic) when
+the result breaks its `innerpart_factor`. Categorical decisions (unroll depths) do not
+depend on extents and are kept; compute locations are kept too (TVM moves a location
+that no longer exists to the one before it); if the replay fails all the same, it is
+tried once more with the compute locations re-sampled. A candidate whose replay or any
+postprocessor fails is skipped, with the reason at debug level.
 
 Postprocessors: they are passed in already initialised, as `TuneContext` leaves them
 (`ms.TuneContext(mod=task.mod, target=..., space_generator=...)` initialises its space
@@ -201,15 +205,24 @@ def _log_ratio(a: float, b: float) -> float:
     return abs(math.log(max(a, 1.0) / max(b, 1.0)))
 
 
-def _distance(task_mod: tvm.IRModule, source_mod: tvm.IRModule) -> tuple[float, float]:
-    """How far two workloads of one structure are apart: |log flops ratio|, then the sum
-    of |log extent ratio| over corresponding loops (which tiles need adapting most)."""
-    fa, fb = _flops(task_mod), _flops(source_mod)
-    by_flops = _log_ratio(fa, fb) if fa is not None and fb is not None else 0.0
-    ea, eb = _loop_extents(task_mod), _loop_extents(source_mod)
-    by_loops = sum(_log_ratio(a, b) for a, b in zip(ea, eb, strict=False))
-    by_loops += abs(len(ea) - len(eb))  # never for one structure; kept total all the same
-    return round(by_flops, 9), round(by_loops, 9)
+@dataclass(frozen=True)
+class _Size:
+    flops: float | None
+    extents: tuple[int, ...]
+
+    @staticmethod
+    def of(mod: tvm.IRModule) -> _Size:
+        return _Size(_flops(mod), tuple(_loop_extents(mod)))
+
+    def distance(self, other: _Size) -> tuple[float, float]:
+        """How far two workloads of one structure are apart: |log flops ratio|, then the
+        sum of |log extent ratio| over corresponding loops (how much tiling must adapt)."""
+        by_flops = (_log_ratio(self.flops, other.flops)
+                    if self.flops is not None and other.flops is not None else 0.0)
+        by_loops = sum(_log_ratio(a, b) for a, b in zip(self.extents, other.extents,
+                                                        strict=False))
+        # rounded: equal sizes compare equal whatever the float noise, then by key
+        return round(by_flops, 9), round(by_loops, 9)
 
 
 # --- decisions -----------------------------------------------------------------------------
@@ -253,10 +266,16 @@ def _adapt(sch: s_tir.Schedule, keep_locations: bool, adapted: list[tuple[list, 
             return new
         if kind == "SamplePartitionedTile":
             extent = sch.get(inputs[0]).extent
-            if isinstance(extent, tirx.IntImm) and \
-                    math.prod(_int_list(decision)) != int(extent.value):
+            if not isinstance(extent, tirx.IntImm):
+                return decision
+            old = _int_list(decision)
+            new = adapt_perfect_tile(old, int(extent.value))
+            partition_pos, innerpart_factor = int(attrs[1]), int(attrs[2])
+            if math.prod(new[partition_pos:]) % innerpart_factor != 0:
                 return None  # re-sampled from the schedule's seed
-            return decision
+            if new != old:
+                adapted.append((old, new))
+            return new
         if kind == "SampleComputeLocation" and not keep_locations:
             return None
         return decision
@@ -272,7 +291,7 @@ def replay(trace: s_tir.Trace, mod: tvm.IRModule, postprocs: list,
     why = ""
     for keep_locations in (True, False):
         adapted: list[tuple[list, list]] = []
-        sch = s_tir.Schedule(mod, seed=_SEED, error_render_level="none")
+        sch = s_tir.Schedule(mod, seed=_SEED, error_render_level="fast")
         try:
             trace.apply_to_schedule(sch, remove_postproc=True,
                                     decision_provider=_adapt(sch, keep_locations, adapted))
@@ -354,7 +373,8 @@ def transfer_candidates(db: TuningDatabase, task: Task, target: tvm.target.Targe
             continue
         sources.setdefault(wkey, (mod, []))[1].append((us, record))
 
-    ranked = sorted(sources, key=lambda k: (_distance(task.mod, sources[k][0]), k))
+    size = _Size.of(task.mod)
+    ranked = sorted(sources, key=lambda k: (size.distance(_Size.of(sources[k][0])), k))
     out: list[TransferCandidate] = []
     for wkey in ranked:
         if len(out) >= limit:
@@ -363,7 +383,7 @@ def transfer_candidates(db: TuningDatabase, task: Task, target: tvm.target.Targe
         entry = db.ledger.get(wkey)
         name = entry.task if entry is not None else wkey
         minimal_key = entry.minimal_key if entry is not None else None
-        records.sort(key=lambda r: (r[0], str(r[1].trace)))
+        records.sort(key=lambda r: r[0])  # stable: ties in the database's own order
         tried = 0
         for us, record in records:
             if minimal_key is not None and _schedule_key(record.trace, mod) == minimal_key:
