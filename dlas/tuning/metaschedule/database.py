@@ -46,11 +46,16 @@ class LedgerEntry:
     task: str
     #: Trials measured for this workload so far (all runs together).
     trials: int = 0
-    #: Trials the last completed tuning asked for.
+    #: Trials per task the last completed tuning allowed (`trials_per_task`).
     requested: int = 0
+    #: The trial budget of the point whose session last tuned it (the gradient scheduler
+    #: may have given this task few or none of them, and a point with the same budget
+    #: reuses that decision rather than tuning the task again).
+    point_budget: int = 0
     #: True once a run ended without being interrupted.
     complete: bool = False
-    #: Why the last run ended: "budget", "early_stop", "space_exhausted".
+    #: Why the last run ended: "budget" (its `requested` trials), "early_stop",
+    #: "space_exhausted", or "scheduler" (the session's budget went to other tasks).
     ended_by: str = ""
     best_us: float | None = None
     tuning_s: float = 0.0
@@ -113,11 +118,15 @@ class TuningDatabase:
         top[0].trace.apply_to_schedule(sch, remove_postproc=False)
         return workload_key(sch.mod)
 
-    def needs(self, mod: tvm.IRModule, task: str, trials: int) -> int:
-        """How many more trials this workload needs to have been tuned with `trials`."""
+    def needs(self, mod: tvm.IRModule, task: str, trials: int, point_budget: int = 0) -> int:
+        """How many more trials this workload needs to have been tuned with `trials` (per
+        task) in a point of `point_budget` trials."""
         entry = self.entry(mod, task)
-        if entry.complete and (entry.requested >= trials or entry.ended_by != "budget"):
-            return 0  # tuned with at least this budget, or it converged before its budget
+        if entry.complete and entry.ended_by in ("early_stop", "space_exhausted"):
+            return 0  # it converged before its budget
+        if (entry.complete and entry.requested >= trials
+                and (entry.ended_by == "budget" or entry.point_budget >= point_budget)):
+            return 0  # tuned with at least this budget
         return max(trials - max(entry.trials, self.measured_trials(mod)), 0)
 
     def save(self) -> None:

@@ -181,7 +181,7 @@ class MetaScheduleHook:
         jobs: list[_Job] = []
         for i, task, kind in eligible:
             minimal_us, why = minimal[task.name]
-            need = db.needs(task.mod, task.name, cap)
+            need = db.needs(task.mod, task.name, cap, self.settings.trials)
             if need == 0:
                 entry = db.entry(task.mod, task.name)
                 reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
@@ -319,10 +319,14 @@ class MetaScheduleHook:
         """Book one task of a finished session in the ledger and say how it went."""
         task, kind = job.task, job.kind
         entry = db.entry(task.mod, task.name)
+        entry.point_budget = max(entry.point_budget, self.settings.trials)
         if p.trials == 0:  # the point's budget went to tasks where it gained more
+            entry.requested = max(entry.requested, self.settings.trials_per_task)
+            entry.complete, entry.ended_by = True, "scheduler"
             db.save()
-            return TaskReport(task.name, kind, "untuned", note="the point's trial budget "
-                              "went to tasks whose tuning gained more (gradient scheduler)")
+            return TaskReport(task.name, kind, "untuned", ended_by="scheduler",
+                              note="the point's trial budget went to tasks whose tuning "
+                              "gained more (gradient scheduler)")
         ended_by = ("early_stop" if p.stopped_early else
                     "budget" if p.trials >= job.need else
                     "scheduler" if spent >= budget else "space_exhausted")
