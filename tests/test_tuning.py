@@ -307,3 +307,39 @@ def test_minimal_schedule_is_kept_when_search_loses(tmp_path: Path) -> None:
     assert reused.outcome == "reused" and reused.source == "minimal"
     assert reused.minimal_us == conv.minimal_us
     assert reused.best_us == pytest.approx(conv.minimal_us / 2)
+
+
+def test_transfer_tuning_replays_a_tuned_task_on_another_shape(tmp_path: Path) -> None:
+    """A conv tuned on one shape lends its best schedule to the same kind of conv at
+    another shape: with `transfer: only` the second point spends no search trials, the
+    transferred schedule is measured and committed as a record of the new workload, the
+    report says where it came from, and the model still computes its function."""
+    first, _ = _tune(import_torch_model(_model(), SHAPE), "direct", tmp_path / "tuning",
+                     tmp_path / "a", tasks="convs", transfer=False)
+    source = next(t for t in first.report.tasks if "conv2d" in t.task)
+    assert source.outcome == "tuned" and source.transfer_candidates == 0
+    torch.manual_seed(1)
+    other = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU()).eval()
+    other_shape = (1, 16, 8, 8)
+    hook, result = _tune(import_torch_model(other, other_shape), "direct", tmp_path / "tuning",
+                         tmp_path / "b", tasks="convs", transfer="only")
+    conv = next(t for t in hook.report.tasks if "conv2d" in t.task)
+    assert conv.outcome == "transferred" and conv.trials == 0, conv
+    assert conv.transfer_candidates >= 1 and hook.report.trials == 0
+    assert conv.source in ("minimal", f"transferred from {source.task}"), conv
+    db = TuningDatabase(Path(hook.report.database))
+    # both tasks are named alike (each model's first fused conv): the new one is the one
+    # whose transfer ran
+    (entry,) = [e for e in db.ledger.values() if e.transfer_done]
+    assert set(entry.transferred.values()) == {source.task}
+    assert not entry.complete  # a later point that searches still tunes it
+    x = np.random.default_rng(1).standard_normal(other_shape).astype(np.float32)
+    want = other(torch.from_numpy(x)).detach().numpy().reshape(1, -1)
+    got = run_batch(load_vm(result.executable_path), x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # a searching point on that workload: the transfer is not measured again, search runs
+    again, _ = _tune(import_torch_model(other, other_shape), "direct", tmp_path / "tuning",
+                     tmp_path / "c", tasks="convs")
+    searched = next(t for t in again.report.tasks if "conv2d" in t.task)
+    assert searched.outcome == "tuned" and searched.trials > 0
+    assert searched.transfer_candidates == 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import tvm
@@ -67,6 +67,11 @@ class LedgerEntry:
     #: comparing times: the search may measure the same schedule again and draw a faster
     #: reading of it.
     minimal_key: str | None = None
+    #: Schedules transferred from other workloads (`transfer`), stored as records of this
+    #: one: the schedule's `workload_key` -> the source task's name.
+    transferred: dict[str, str] = field(default_factory=dict)
+    #: The transfer step ran for this workload (it is measured once).
+    transfer_done: bool = False
 
 
 class TuningDatabase:
@@ -87,14 +92,17 @@ class TuningDatabase:
         return self.ledger.setdefault(workload_key(mod), LedgerEntry(task=task))
 
     def measured_trials(self, mod: tvm.IRModule) -> int:
-        """Trials of this workload stored in the database (interrupted runs included)."""
+        """Trials of this workload stored in the database (interrupted runs included):
+        its records less the minimal schedule and transferred ones, which are not search trials."""
         if not self.database.has_workload(mod):
             return 0
         workload = self.database.commit_workload(mod)
         records = len(self.database.get_top_k(workload, 1 << 30))
         entry = self.ledger.get(workload_key(mod))
-        minimal = entry is not None and entry.minimal_us is not None
-        return max(records - int(minimal), 0)
+        if entry is None:
+            return records
+        extra = int(entry.minimal_us is not None) + len(entry.transferred)
+        return max(records - extra, 0)
 
     def best_us(self, mod: tvm.IRModule) -> float | None:
         if not self.database.has_workload(mod):

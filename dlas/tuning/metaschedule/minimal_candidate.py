@@ -89,14 +89,21 @@ def builder_cleanup(path: str | None) -> None:
         shutil.rmtree(Path(path).parent, ignore_errors=True)
 
 
-def record_minimal(db: TuningDatabase, task: Task, sch: s_tir.Schedule,
-                   target: tvm.target.Target, run_secs: list[float]) -> float:
-    """Store the minimal schedule's measurement as a tuning record; its mean in us."""
+def commit_candidate(db: TuningDatabase, task: Task, sch: s_tir.Schedule,
+                     target: tvm.target.Target, run_secs: list[float]) -> float:
+    """Store a measured schedule of the task as a tuning record (with its trace, so
+    `MetaScheduleApplyDatabase` can replay it); its mean in us."""
     workload = db.database.commit_workload(task.mod)
     args_info = ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"])
     db.database.commit_tuning_record(ms.database.TuningRecord(
         sch.trace, workload, run_secs=run_secs, target=target, args_info=args_info))
-    us = float(np.mean(run_secs)) * 1e6
+    return float(np.mean(run_secs)) * 1e6
+
+
+def record_minimal(db: TuningDatabase, task: Task, sch: s_tir.Schedule,
+                   target: tvm.target.Target, run_secs: list[float]) -> float:
+    """Store the minimal schedule's measurement as a tuning record; its mean in us."""
+    us = commit_candidate(db, task, sch, target, run_secs)
     entry = db.entry(task.mod, task.name)
     entry.minimal_us, entry.minimal_key = us, workload_key(sch.mod)
     db.save()

@@ -34,6 +34,12 @@ class MetaScheduleParams(BaseModel):
         "xgb", description="how candidates are ranked before measuring")
     population: int = Field(512, ge=8, description="evolutionary search population")
     seed: int = Field(0, description="search seed")
+    transfer: bool | Literal["only"] = Field(
+        True, description="transfer-tuning: before searching a task, replay the best "
+        "schedules of structurally matching tasks already tuned for this target (same "
+        "algorithm and blocks, other shapes), measured as candidates that seed the search; "
+        "'only' spends no search trials (cheap sweeps); false disables")
+    transfer_sources: int = Field(4, ge=1, description="tuned workloads replayed per task")
     tasks: Literal["all", "convs"] = Field(
         "all", description="tune every fused function, or only those holding a conv (the "
         "rest keep their minimal schedule; much cheaper on small machines)")
@@ -78,6 +84,8 @@ def metaschedule(params: MetaScheduleParams, ctx: TuningContext) -> ScheduleHook
         seed=params.seed,
         builder_workers=max(1, len(os.sched_getaffinity(0))),
         only_convs=params.tasks == "convs",
+        transfer={True: "on", False: "off"}.get(params.transfer, "only"),  # type: ignore[arg-type]
+        transfer_sources=params.transfer_sources,
     )
     return MetaScheduleHook(settings, ctx.target, database_dir(ctx.work_dir, ctx.target),
                             say=ctx.say)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import tvm
@@ -401,3 +402,40 @@ def transfer_candidates(db: TuningDatabase, task: Task, target: tvm.target.Targe
             out.append(TransferCandidate(sch, name, wkey, us))
             break
     return out
+
+
+def measure_transfers(db: TuningDatabase, tasks: list[tuple[Task, list]],
+                      target: tvm.target.Target, builder: ms.builder.Builder,
+                      runner_for: Callable[[Task], ms.runner.Runner], limit: int,
+                      ) -> dict[str, int]:
+    """Transfer-tuning's step before a search: every task's transfer candidates (`tasks`
+    pairs a task with its initialised postprocessors) built in one builder call, run, and
+    committed as tuning records of the task, where they compete with its minimal
+    schedule and seed its evolutionary search (which starts from the database's best
+    records of the workload). The ledger says which schedule came from which workload
+    (`transferred`), and that the task's transfer is done (`transfer_done`), so it is
+    measured once per workload. Returns, per task name, the candidates measured."""
+    from dlas.tuning.metaschedule.minimal_candidate import commit_candidate, measure_candidates
+
+    todo: list[tuple[Task, TransferCandidate]] = []
+    for task, postprocs in tasks:
+        if db.entry(task.mod, task.name).transfer_done:
+            continue
+        todo += [(task, c) for c in transfer_candidates(db, task, target, postprocs, limit)]
+    counts = {task.name: 0 for task, _ in tasks}
+    if todo:
+        measured = measure_candidates([c.schedule for _, c in todo], target, builder,
+                                      lambda i: runner_for(todo[i][0]))
+        for (task, cand), (run_secs, error) in zip(todo, measured, strict=True):
+            if run_secs is None:
+                log.debug("transfer %s -> %s not measured: %s", cand.source_task, task.name,
+                          error)
+                continue
+            commit_candidate(db, task, cand.schedule, target, run_secs)
+            entry = db.entry(task.mod, task.name)
+            entry.transferred[workload_key(cand.schedule.mod)] = cand.source_task
+            counts[task.name] += 1
+    for task, _ in tasks:
+        db.entry(task.mod, task.name).transfer_done = True
+    db.save()
+    return counts

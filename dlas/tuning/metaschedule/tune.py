@@ -46,6 +46,7 @@ from dlas.tuning.metaschedule.measure import (
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
+from dlas.tuning.metaschedule.transfer import measure_transfers
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +66,19 @@ class TuningSettings:
     only_convs: bool = False
     runner_repeat: int = 1
     runner_number: int = 3
+    #: Transfer-tuning: "on" (replay matching tasks' schedules, then search), "only" (no
+    #: search trials), "off".
+    transfer: str = "on"
+    #: Source workloads replayed per task.
+    transfer_sources: int = 4
 
 
 @dataclass
 class TaskReport:
     task: str
     kind: str  # "dense" or "sparse"
-    #: "tuned", "reused", "untuned" (no budget left), "failed" (no valid candidate).
+    #: "tuned", "reused", "transferred" (transfer only, no search), "untuned" (no budget
+    #: left), "failed" (no valid candidate).
     outcome: str
     trials: int = 0
     best_us: float | None = None
@@ -80,8 +87,11 @@ class TaskReport:
     note: str = ""
     #: The algorithm's minimal schedule, measured like any candidate.
     minimal_us: float | None = None
-    #: Where the applied schedule came from: "searched" or "minimal" (it was faster).
+    #: Where the applied schedule came from: "searched", "minimal" (it was faster) or
+    #: "transferred from <task>" (a schedule of that workload, replayed on this one).
     source: str = ""
+    #: Transferred schedules measured for this task by this point (not search trials).
+    transfer_candidates: int = 0
 
 
 @dataclass
@@ -98,11 +108,17 @@ class TuningReport:
         """Trials measured by this run (reused tasks cost none)."""
         return sum(t.trials for t in self.tasks if t.outcome != "reused")
 
+    @property
+    def transfer_candidates(self) -> int:
+        """Transferred schedules measured by this run."""
+        return sum(t.transfer_candidates for t in self.tasks)
+
     def summary(self) -> dict[str, Any]:
         return {"database": self.database, "seconds": self.seconds, "trials": self.trials,
                 "tasks": len(self.tasks), "tuned": self.count("tuned"),
                 "reused": self.count("reused"), "untuned": self.count("untuned"),
-                "failed": self.count("failed"),
+                "failed": self.count("failed"), "transferred": self.count("transferred"),
+                "transfer_candidates": self.transfer_candidates,
                 "per_task": [asdict(t) for t in self.tasks]}
 
 
@@ -157,6 +173,7 @@ class MetaScheduleHook:
         #: Optional `(task) -> space generator` replacing the default spaces (experiments
         #: with other spaces; tests use a space whose samples lose to the minimal one).
         self.space_for: Callable[[Task], Any] | None = None
+        self._shared_runner: ms.runner.Runner | None = None
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
         from dlas._compat.tensor_intrin import register_for
@@ -190,17 +207,27 @@ class MetaScheduleHook:
                 self.report.tasks.append(_with_source(reused, minimal_us, db, task))
                 continue
             jobs.append(_Job(i, task, kind, need, minimal_us, why))
+        transferred = self._transfer(db, jobs, target) if self.settings.transfer != "off" else {}
+        if self.settings.transfer == "only":
+            for job in jobs:
+                self.report.tasks.append(_with_source(
+                    self._transfer_only_report(db, job, transferred), job.minimal_us, db,
+                    job.task))
+            jobs = []
         for session in _sessions(jobs):
             for job, report in zip(session, self._tune_session(db, session, len(tasks), target),
                                    strict=True):
                 if job.why:
                     report.note = "; ".join(n for n in (report.note, job.why) if n)
+                report.transfer_candidates = transferred.get(job.task.name, 0)
                 self.report.tasks.append(_with_source(report, job.minimal_us, db, job.task))
         with target, db.database, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase()(mod)
         self.report.seconds = time.perf_counter() - start
         self.say(f"tuning: {self.report.count('tuned')} tasks tuned, "
                  f"{self.report.count('reused')} reused from {self.db_dir.name}, "
+                 + (f"{self.report.count('transferred')} transferred, "
+                    if self.settings.transfer == "only" else "") +
                  f"{self.report.count('untuned')} untuned, {self.report.trials} trials, "
                  f"{self.report.seconds:.0f}s")
         return tuned
@@ -214,26 +241,65 @@ class MetaScheduleHook:
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
-        shared: list[ms.runner.Runner] = []  # one runner for every task without CSR arrays
-
-        def runner_for(task: Task) -> ms.runner.Runner:
-            values = task.index_constants()
-            if values:  # the task's own CSR arrays: a runner of its own
-                return make_runner(self.target, s.timeouts, RealArguments(values),
-                                   s.runner_repeat, s.runner_number)
-            if not shared:
-                shared.append(make_runner(self.target, s.timeouts, None, s.runner_repeat,
-                                          s.runner_number))
-            return shared[0]
-
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
-            make_builder(s.timeouts, s.builder_workers), runner_for) if tasks else {}
+            make_builder(s.timeouts, s.builder_workers), self._candidate_runner) if tasks else {}
         if fresh:
             failed = [name for name, (us, _) in measured.items() if us is None]
             self.say(f"minimal schedules measured in {time.perf_counter() - started:.1f}s"
                      + (f"; not measured: {', '.join(failed)}" if failed else ""))
         return measured
+
+    def _candidate_runner(self, task: Task) -> ms.runner.Runner:
+        """The runner for candidates measured outside a session (minimal and transferred
+        schedules): one for every task without CSR arrays, one per task with them."""
+        s = self.settings
+        values = task.index_constants()
+        if values:  # the task's own CSR arrays: a runner of its own
+            return make_runner(self.target, s.timeouts, RealArguments(values),
+                               s.runner_repeat, s.runner_number)
+        if self._shared_runner is None:
+            self._shared_runner = make_runner(self.target, s.timeouts, None,
+                                              s.runner_repeat, s.runner_number)
+        return self._shared_runner
+
+    def _transfer(self, db: TuningDatabase, jobs: list[_Job],
+                  target: tvm.target.Target) -> dict[str, int]:
+        """Transfer-tuning before the search: each task's structurally matching tuned
+        workloads' best schedules replayed on it, measured and committed (`transfer`)."""
+        s = self.settings
+        todo = [job for job in jobs if not db.entry(job.task.mod, job.task.name).transfer_done]
+        if not todo:
+            return {}
+        started = time.perf_counter()
+        pairs = []
+        for job in todo:
+            ctx = ms.TuneContext(mod=job.task.mod, target=target,
+                                 space_generator=self._space(job.task, job.kind, target),
+                                 task_name=job.task.name, rand_state=s.seed,
+                                 num_threads=s.builder_workers)
+            pairs.append((job.task, list(ctx.space_generator.postprocs or [])))
+        counts = measure_transfers(db, pairs, target, make_builder(s.timeouts, s.builder_workers),
+                                   self._candidate_runner, s.transfer_sources)
+        measured = sum(counts.values())
+        self.say(f"transfer: {measured} schedule(s) of matching tuned tasks measured on "
+                 f"{sum(n > 0 for n in counts.values())}/{len(todo)} task(s) in "
+                 f"{time.perf_counter() - started:.1f}s")
+        return counts
+
+    def _transfer_only_report(self, db: TuningDatabase, job: _Job,
+                              transferred: dict[str, int]) -> TaskReport:
+        """A task given no search trials (`transfer: only`): its best transferred schedule
+        (if any beat its minimal one) is what applies; the task stays open for a later
+        point that searches it."""
+        entry = db.entry(job.task.mod, job.task.name)
+        measured = transferred.get(job.task.name, 0)
+        if not entry.transferred:
+            return TaskReport(job.task.name, job.kind, "untuned", note="transfer only: no "
+                              "structurally matching tuned task in the database")
+        return TaskReport(job.task.name, job.kind, "transferred",
+                          best_us=db.best_us(job.task.mod), transfer_candidates=measured,
+                          ended_by="transfer_only")
 
     def _check_board(self) -> None:
         """Fail the point with the tracker's own story (unreachable, no free board) before
@@ -390,14 +456,19 @@ def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabas
     same module (the search can measure the minimal trace again, from the database's
     records it seeds its population with, and that reading may be the faster one)."""
     report.minimal_us = minimal_us
-    if minimal_us is None or report.outcome not in ("tuned", "reused", "failed"):
+    if minimal_us is None or report.outcome not in ("tuned", "reused", "failed",
+                                                    "transferred"):
         return report
     if report.outcome == "failed":
         report.source = "minimal"
         return report
-    minimal_key = db.entry(task.mod, task.name).minimal_key
-    if minimal_key is not None:
-        kept_minimal = db.best_schedule_key(task.mod) == minimal_key
+    entry = db.entry(task.mod, task.name)
+    best = db.best_schedule_key(task.mod)
+    if best is not None and best in entry.transferred:
+        report.source = f"transferred from {entry.transferred[best]}"
+        return report
+    if entry.minimal_key is not None:
+        kept_minimal = best == entry.minimal_key
     else:  # a ledger from before schedules were identified: compare times
         kept_minimal = report.best_us is not None and report.best_us >= minimal_us
     report.source = "minimal" if kept_minimal else "searched"
