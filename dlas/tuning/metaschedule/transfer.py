@@ -404,6 +404,23 @@ def transfer_candidates(db: TuningDatabase, task: Task, target: tvm.target.Targe
     return out
 
 
+def source_structures(db: TuningDatabase) -> dict[str, set[str]]:
+    """`structure_key` -> the workload keys of the database holding it: which tasks can
+    have transfer sources at all, known before building anything for them."""
+    out: dict[str, set[str]] = {}
+    seen: set[str] = set()
+    for record in db.database.get_all_tuning_records():
+        wkey = workload_key(record.workload.mod)
+        if wkey in seen:
+            continue
+        seen.add(wkey)
+        try:
+            out.setdefault(structure_key(record.workload.mod), set()).add(wkey)
+        except Exception as err:  # noqa: BLE001 - a module we cannot read is no source
+            log.debug("transfer: workload %s unreadable: %s", wkey, _first_line(err))
+    return out
+
+
 def measure_transfers(db: TuningDatabase, tasks: list[tuple[Task, list]],
                       target: tvm.target.Target, builder: ms.builder.Builder,
                       runner_for: Callable[[Task], ms.runner.Runner], limit: int,

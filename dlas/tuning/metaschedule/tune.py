@@ -32,7 +32,7 @@ from tvm.s_tir import meta_schedule as ms
 from dlas import registry
 from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
-from dlas.tuning.metaschedule.database import TuningDatabase
+from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import (
     EarlyStopping,
     RealArguments,
@@ -46,7 +46,11 @@ from dlas.tuning.metaschedule.measure import (
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
-from dlas.tuning.metaschedule.transfer import measure_transfers
+from dlas.tuning.metaschedule.transfer import (
+    measure_transfers,
+    source_structures,
+    structure_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +272,10 @@ class MetaScheduleHook:
         """Transfer-tuning before the search: each task's structurally matching tuned
         workloads' best schedules replayed on it, measured and committed (`transfer`)."""
         s = self.settings
-        todo = [job for job in jobs if not db.entry(job.task.mod, job.task.name).transfer_done]
+        sources = source_structures(db)
+        todo = [job for job in jobs if not db.entry(job.task.mod, job.task.name).transfer_done
+                and sources.get(structure_key(job.task.mod), set())
+                - {workload_key(job.task.mod)}]
         if not todo:
             return {}
         started = time.perf_counter()
