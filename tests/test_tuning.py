@@ -102,23 +102,28 @@ def test_csr_conv_tuned_with_sparse_space_and_real_arrays(tmp_path: Path) -> Non
     assert any("sample_perfect_tile" in str(r.trace) for r in records)
 
 
-def test_a_points_csr_tasks_share_one_session_with_their_own_arrays(tmp_path: Path) -> None:
-    """Two CSR convs of different shapes are tuned in one MetaSchedule session (one
-    builder, one runner, the gradient scheduler), each timed with its own real arrays
+def test_a_points_csr_and_dense_tasks_share_one_session(tmp_path: Path) -> None:
+    """Two CSR convs of different shapes and a dense layer are tuned in one MetaSchedule
+    session (one builder, one runner, the gradient scheduler), each in its own space
+    (the sparse one for CSR kernels), each CSR conv timed with its own real arrays
     (picked by argument signature: random index arrays would read out of bounds), and
-    the point's budget is shared between them."""
+    the point's budget (5, in batches of 2) is shared between them and not exceeded."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
-                          nn.Conv2d(16, 8, 3, padding=1), nn.ReLU()).eval()
+                          nn.Conv2d(16, 8, 3, padding=1), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(8 * 12 * 12, 10)).eval()
     with torch.no_grad():
         for layer in (model[0], model[2]):
             layer.weight.mul_((torch.rand_like(layer.weight) >= 0.8).float())
     imp = import_torch_model(model, SHAPE)
-    hook, result = _tune(imp, "direct_csr", tmp_path / "tuning", tmp_path / "a", trials=4,
-                         trials_per_task=4, trials_per_iter=2, tasks="convs")
-    sparse = [t for t in hook.report.tasks if t.kind == "sparse"]
-    assert len(sparse) == 2, hook.report.summary()
-    assert all(t.outcome == "tuned" and t.trials == 2 and t.best_us > 0 for t in sparse)
+    hook, result = _tune(imp, "direct_csr", tmp_path / "tuning", tmp_path / "a", trials=5,
+                         trials_per_task=4, trials_per_iter=2)
+    tuned = [t for t in hook.report.tasks if t.outcome == "tuned"]
+    assert {t.kind for t in tuned} == {"sparse", "dense"}, hook.report.summary()
+    assert len([t for t in tuned if t.kind == "sparse"]) == 2, hook.report.summary()
+    assert all(t.trials >= 1 and t.best_us > 0 for t in tuned)
+    # the budget holds exactly: MetaSchedule starts a batch of 2 with 1 trial left
+    assert hook.report.trials == 5, hook.report.summary()
     assert sum("in one session" in line for line in hook.lines) == 1, hook.lines
     _check_outputs(model, result.executable_path)
 

@@ -164,6 +164,13 @@ class EarlyStopping(PyMeasureCallback):
             self.report(task_id, p)
 
 
+@dataclass
+class SessionBudget:
+    """Trials a tuning session has left to hand out (shared by its tasks' searches)."""
+
+    left: int
+
+
 @derived_object
 class TaskSearch(PySearchStrategy):
     """One task's search in a session: MetaSchedule's strategy, with the task's own trial
@@ -172,11 +179,12 @@ class TaskSearch(PySearchStrategy):
     says so)."""
 
     def __init__(self, inner: ms.search_strategy.SearchStrategy, limit: int,
-                 progress: TaskProgress) -> None:
+                 progress: TaskProgress, budget: SessionBudget | None = None) -> None:
         super().__init__()
         self.inner = inner
         self.limit = limit
         self.progress = progress
+        self.budget = budget
 
     def _initialize_with_tune_context(self, context: Any) -> None:
         self.inner._initialize_with_tune_context(context)
@@ -192,10 +200,19 @@ class TaskSearch(PySearchStrategy):
     def generate_measure_candidates(self) -> Any:
         if self.progress.stopped_early:
             return None
-        return self.inner.generate_measure_candidates()
+        candidates = self.inner.generate_measure_candidates()
+        if candidates is None or self.budget is None:
+            return candidates
+        # MetaSchedule checks its global budget before a batch, not within it: the last
+        # batch is cut to what the session has left
+        take = min(len(candidates), self.budget.left)
+        if take <= 0:
+            return None
+        self.budget.left -= take
+        return list(candidates)[:take]
 
     def notify_runner_results(self, measure_candidates: Any, results: Any) -> None:
         self.inner.notify_runner_results(measure_candidates, results)
 
     def clone(self) -> Any:
-        return TaskSearch(self.inner.clone(), self.limit, self.progress)
+        return TaskSearch(self.inner.clone(), self.limit, self.progress, self.budget)

@@ -36,6 +36,7 @@ from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import (
     EarlyStopping,
     RealArguments,
+    SessionBudget,
     TaskProgress,
     TaskSearch,
     Timeouts,
@@ -351,11 +352,13 @@ class MetaScheduleHook:
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population, init_min_unmeasured=min(50, s.population))
         per_iter = min(s.trials_per_iter, max(job.need for job in jobs))
+        shared = SessionBudget(budget)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
             contexts = [ms.TuneContext(mod=job.task.mod, target=target,
                                        space_generator=self._space(job.task, job.kind, target),
-                                       search_strategy=TaskSearch(strategy.clone(), job.need, p),
+                                       search_strategy=TaskSearch(strategy.clone(), job.need, p,
+                                                                  shared),
                                        task_name=job.task.name,
                                        rand_state=s.seed, num_threads=s.builder_workers,
                                        logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
