@@ -127,8 +127,33 @@ def compiled(imported: ImportedModel, tmp_path_factory: pytest.TempPathFactory) 
     return compile_model(imported, DirectConv(), host_target(2), tmp_path_factory.mktemp("out"))
 
 
-def test_import_save_load_round_trip(model: nn.Module, tmp_path: Path) -> None:
+def test_batchnorms_after_convs_are_folded_at_import(model: nn.Module) -> None:
+    """Conv -> batch norm pairs become one conv with a bias before export (as Relay's
+    SimplifyInference + FoldScaleAxis did): same function up to rounding, no batch norm
+    left in the module; a conv whose weight a pruning hook computes is left alone."""
+    from torch.nn.utils import prune
+
+    from dlas.compiler.relax_import import fold_batchnorms
+
+    bns = sum(isinstance(m, nn.BatchNorm2d) for m in model.modules())
+    folded, count = fold_batchnorms(model)
+    assert bns > 0 and count == bns
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in folded.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) for m in model.modules())  # a copy
+    x = torch.randn(INPUT_SHAPE, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        np.testing.assert_allclose(folded(x).numpy(), model(x).numpy(), rtol=1e-4, atol=1e-5)
     imp = import_torch_model(model, INPUT_SHAPE)
+    assert "batch_norm" not in imp.mod.script()
+    assert "batch_norm" in import_torch_model(model, INPUT_SHAPE, fold_batchnorm=False).mod.script()
+    hooked = make_model()
+    conv = next(m for m in hooked.modules() if isinstance(m, nn.Conv2d))
+    prune.l1_unstructured(conv, "weight", amount=0.5)
+    assert fold_batchnorms(hooked.eval()) == (hooked, 0)
+
+
+def test_import_save_load_round_trip(model: nn.Module, tmp_path: Path) -> None:
+    imp = import_torch_model(model, INPUT_SHAPE, fold_batchnorm=False)
     assert imp.input_shape == INPUT_SHAPE and imp.input_dtype == "float32"
     # Parameters are function inputs, not constants baked into the module.
     assert set(imp.params) and all(isinstance(v, np.ndarray) for v in imp.params.values())
