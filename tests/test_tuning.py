@@ -128,6 +128,36 @@ def test_a_points_csr_and_dense_tasks_share_one_session(tmp_path: Path) -> None:
     _check_outputs(model, result.executable_path)
 
 
+def test_tasks_the_schedulers_first_round_cannot_reach_are_booked_without_a_space(
+        tmp_path: Path) -> None:
+    """With a budget of one batch, the gradient scheduler's first round (one batch per
+    task, largest first) reaches only the largest task: only it gets a search space and
+    its minimal schedule measured; the others are booked as the scheduler leaves them
+    (no trials), and the same point again reuses every task."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(16, 4, 1), nn.ReLU()).eval()
+    imp = import_torch_model(model, SHAPE)
+    settings = {"trials": 2, "trials_per_task": 2, "trials_per_iter": 2, "tasks": "convs"}
+    hook, result = _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", **settings)
+    convs = [t for t in hook.report.tasks if t.note != "not a conv (tasks: convs)"]
+    assert len(convs) == 3, hook.report.summary()
+    tuned = [t for t in convs if t.outcome == "tuned"]
+    left = [t for t in convs if t.outcome == "untuned"]
+    assert len(tuned) == 1 and tuned[0].minimal_us is not None, hook.report.summary()
+    assert "conv2d1" in tuned[0].task  # the 16 -> 16 conv is the largest
+    assert len(left) == 2 and all(t.ended_by == "scheduler" and t.minimal_us is None
+                                  for t in left), hook.report.summary()
+    assert any("minimal schedules of 1 task(s)" in line for line in hook.lines), hook.lines
+    assert any("tuning 1 task(s) in one session, 2 trials" in line for line in hook.lines)
+    _check_outputs(model, result.executable_path)
+
+    again, _ = _tune(imp, "direct", tmp_path / "tuning", tmp_path / "b", **settings)
+    assert again.report.trials == 0
+    assert again.report.count("reused") == 3, again.report.summary()
+
+
 def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
         tmp_path: Path) -> None:
     """The runner's allocator knows a candidate only by its argument signature, so two

@@ -198,30 +198,47 @@ class MetaScheduleHook:
                     task.name, kind, "untuned", note="not a conv (tasks: convs)"))
                 continue
             eligible.append((i, task, kind))
-        minimal = self._minimals(db, [task for _, task, _ in eligible], target)
         cap = self.settings.trials_per_task
+        reused: list[tuple[int, Task, str]] = []
         jobs: list[_Job] = []
         for i, task, kind in eligible:
-            minimal_us, why = minimal[task.name]
             need = db.needs(task.mod, task.name, cap, self.settings.trials)
             if need == 0:
-                entry = db.entry(task.mod, task.name)
-                reused = TaskReport(task.name, kind, "reused", trials=entry.trials,
-                                    best_us=db.best_us(task.mod), ended_by=entry.ended_by,
-                                    note=why)
-                self.report.tasks.append(_with_source(reused, minimal_us, db, task))
-                continue
-            jobs.append(_Job(i, task, kind, need, minimal_us, why))
-        transferred = self._transfer(db, jobs, target) if self.settings.transfer != "off" else {}
+                reused.append((i, task, kind))
+            else:
+                jobs.append(_Job(i, task, kind, need))
+        sessions = [] if self.settings.transfer == "only" else [
+            self._session_plan(session) for session in _sessions(jobs)]
+        transfer_todo = (self._transfer_todo(db, jobs) if self.settings.transfer != "off"
+                         else [])
+        # Minimal schedules are measured for the tasks whose schedule can change at this
+        # point (searched, or offered transferred schedules), so neither can lose to it.
+        changing = {id(job) for job in transfer_todo}
+        changing |= {id(job) for plan in sessions for job in plan.reached}
+        minimal = self._minimals(db, [task for _, task, _ in reused] + [
+            job.task for job in jobs if id(job) in changing], target)
+        for job in jobs:
+            job.minimal_us, job.why = minimal.get(job.task.name, (None, ""))
+        for _, task, kind in reused:
+            minimal_us, why = minimal[task.name]
+            entry = db.entry(task.mod, task.name)
+            report = TaskReport(task.name, kind, "reused", trials=entry.trials,
+                                best_us=db.best_us(task.mod), ended_by=entry.ended_by, note=why)
+            self.report.tasks.append(_with_source(report, minimal_us, db, task))
+        transferred = self._transfer(db, transfer_todo, target)
         if self.settings.transfer == "only":
             for job in jobs:
                 self.report.tasks.append(_with_source(
                     self._transfer_only_report(db, job, transferred), job.minimal_us, db,
                     job.task))
-            jobs = []
-        for session in _sessions(jobs):
-            for job, report in zip(session, self._tune_session(db, session, len(tasks), target),
-                                   strict=True):
+        for plan in sessions:
+            reports = self._tune_session(db, plan, len(tasks), target) if plan.reached else []
+            # Tasks the gradient scheduler's first round over the tasks (largest first)
+            # cannot reach within the budget get no trials; they are booked as it would
+            # book them, without building their search spaces.
+            reports += [self._finish(db, job, TaskProgress(), plan.budget, 0, 0.0)
+                        for job in plan.unreached]
+            for job, report in zip(plan.reached + plan.unreached, reports, strict=True):
                 if job.why:
                     report.note = "; ".join(n for n in (report.note, job.why) if n)
                 report.transfer_candidates = transferred.get(job.task.name, 0)
@@ -268,15 +285,19 @@ class MetaScheduleHook:
                                               s.runner_repeat, s.runner_number)
         return self._shared_runner
 
-    def _transfer(self, db: TuningDatabase, jobs: list[_Job],
+    def _transfer_todo(self, db: TuningDatabase, jobs: list[_Job]) -> list[_Job]:
+        """The tasks transfer-tuning has something to offer: not yet offered, and with a
+        structurally matching tuned workload in the database other than themselves."""
+        sources = source_structures(db)
+        return [job for job in jobs if not db.entry(job.task.mod, job.task.name).transfer_done
+                and sources.get(structure_key(job.task.mod), set())
+                - {workload_key(job.task.mod)}]
+
+    def _transfer(self, db: TuningDatabase, todo: list[_Job],
                   target: tvm.target.Target) -> dict[str, int]:
         """Transfer-tuning before the search: each task's structurally matching tuned
         workloads' best schedules replayed on it, measured and committed (`transfer`)."""
         s = self.settings
-        sources = source_structures(db)
-        todo = [job for job in jobs if not db.entry(job.task.mod, job.task.name).transfer_done
-                and sources.get(structure_key(job.task.mod), set())
-                - {workload_key(job.task.mod)}]
         if not todo:
             return {}
         started = time.perf_counter()
@@ -324,16 +345,30 @@ class MetaScheduleHook:
             return csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
         return "post-order-apply"
 
-    def _tune_session(self, db: TuningDatabase, jobs: list[_Job], n_tasks: int,
+    def _session_plan(self, jobs: list[_Job]) -> _SessionPlan:
+        """A session's budget and batch, and which of its tasks the gradient scheduler's
+        first round (one batch per task, in order) reaches before the budget is spent."""
+        budget = min(self.settings.trials, sum(job.need for job in jobs))
+        per_iter = min(self.settings.trials_per_iter, max(job.need for job in jobs))
+        reached: list[_Job] = []
+        left = budget
+        for job in jobs:
+            if left <= 0:
+                break
+            reached.append(job)
+            left -= min(per_iter, job.need)
+        return _SessionPlan(budget, per_iter, reached, jobs[len(reached):])
+
+    def _tune_session(self, db: TuningDatabase, plan: _SessionPlan, n_tasks: int,
                       target: tvm.target.Target) -> list[TaskReport]:
-        """Tune `jobs` in one MetaSchedule run: one builder, one runner (each task's real
-        CSR arrays picked by its argument signature), and MetaSchedule's gradient task
-        scheduler (Ansor's), which after one round over the tasks, largest first, gives
-        each next batch to the task whose tuning most reduces the point's weighted
-        latency. The point's budget is `trials`, each task's at most what it lacks of
-        `trials_per_task`."""
+        """Tune the plan's reached jobs in one MetaSchedule run: one builder, one runner
+        (each task's real CSR arrays picked by its argument signature), and MetaSchedule's
+        gradient task scheduler (Ansor's), which after one round over the tasks, largest
+        first, gives each next batch to the task whose tuning most reduces the point's
+        weighted latency. The point's budget is `trials`, each task's at most what it
+        lacks of `trials_per_task`."""
         s = self.settings
-        budget = min(s.trials, sum(job.need for job in jobs))
+        jobs, budget, per_iter = plan.reached, plan.budget, plan.per_iter
         progress = [TaskProgress() for _ in jobs]
         names = ", ".join(job.task.name for job in jobs)
         self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials: {names}")
@@ -351,7 +386,6 @@ class MetaScheduleHook:
             for job in jobs if job.task.index_constants()})
         strategy = ms.search_strategy.EvolutionarySearch(
             population_size=s.population, init_min_unmeasured=min(50, s.population))
-        per_iter = min(s.trials_per_iter, max(job.need for job in jobs))
         shared = SessionBudget(budget)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
@@ -431,8 +465,19 @@ class _Job:
     task: Task
     kind: str
     need: int
-    minimal_us: float | None
-    why: str
+    minimal_us: float | None = None
+    why: str = ""
+
+
+@dataclass
+class _SessionPlan:
+    """One tuning session: its budget and batch size, the jobs its scheduler's first round
+    reaches (tuned) and those it cannot (no trials at this budget)."""
+
+    budget: int
+    per_iter: int
+    reached: list[_Job]
+    unreached: list[_Job]
 
 
 def _sessions(jobs: list[_Job]) -> list[list[_Job]]:
