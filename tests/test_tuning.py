@@ -378,3 +378,35 @@ def test_transfer_tuning_replays_a_tuned_task_on_another_shape(tmp_path: Path) -
     searched = next(t for t in again.report.tasks if "conv2d" in t.task)
     assert searched.outcome == "tuned" and searched.trials > 0
     assert searched.transfer_candidates == 0
+
+
+def test_pooled_builder_keeps_its_workers_across_batches() -> None:
+    """One worker pool serves several batches (LocalBuilder starts one per batch, about
+    5 s each here) and is restarted after `restart_every` batches (TVM's workers leak);
+    a candidate that fails to build is reported as LocalBuilder reports it."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from dlas.tuning.metaschedule.build_worker import build_candidate
+    from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
+
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: a[i] * 2.0, name="b")
+    mod = tvm.IRModule({"main": te.create_prim_func([a, b])})
+    target = tvm.target.Target(host_target(2))
+    builder = PooledBuilder(max_workers=2, timeout_sec=120, f_build=build_candidate,
+                            restart_every=2)
+    try:
+        first = builder.build([BuilderInput(mod, target), BuilderInput(mod, target)])
+        pool = builder._pool
+        second = builder.build([BuilderInput(mod, target)])
+        assert builder._pool is pool  # the same workers
+        bogus = tvm.target.Target({"kind": "llvm", "mtriple": "nonexistent-unknown-none"})
+        third = builder.build([BuilderInput(mod, bogus)])
+        assert builder._pool is not pool  # restarted after 2 batches
+    finally:
+        builder.close()
+    assert all(r.error_msg is None and Path(r.artifact_path).is_file()
+               for r in first + second), [r.error_msg for r in first + second]
+    assert third[0].artifact_path is None and "exception" in third[0].error_msg

@@ -16,6 +16,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from dlas.targets.base import TargetSpec
+from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
 
 
 def args_signature(args_info: Any) -> str:
@@ -76,12 +77,13 @@ class Timeouts:
     runner_s: float
 
 
-def make_builder(timeouts: Timeouts, workers: int) -> ms.builder.Builder:
-    """Local build workers that skip TVM's tensor-intrinsic import (`build_worker`)."""
+def make_builder(timeouts: Timeouts, workers: int) -> PooledBuilder:
+    """Local build workers that skip TVM's tensor-intrinsic import (`build_worker`) and
+    live across batches (`PooledBuilder`); `close()` it when the point is done."""
     from dlas.tuning.metaschedule.build_worker import build_candidate
 
-    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeouts.builder_s,
-                                   f_build=build_candidate)
+    return PooledBuilder(max_workers=workers, timeout_sec=timeouts.builder_s,
+                         f_build=build_candidate)
 
 
 def make_runner(target: TargetSpec, timeouts: Timeouts, alloc: RealArguments | None,

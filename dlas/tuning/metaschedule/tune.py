@@ -45,6 +45,7 @@ from dlas.tuning.metaschedule.measure import (
     task_signature,
 )
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
+from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 from dlas.tuning.metaschedule.transfer import (
@@ -179,8 +180,25 @@ class MetaScheduleHook:
         #: with other spaces; tests use a space whose samples lose to the minimal one).
         self.space_for: Callable[[Task], Any] | None = None
         self._shared_runner: ms.runner.Runner | None = None
+        self._pooled_builder: PooledBuilder | None = None
+
+    def _builder(self) -> PooledBuilder:
+        """The point's one builder: its workers serve the minimal, transferred and
+        searched candidates of every task (a pool start costs about 5 s here)."""
+        if self._pooled_builder is None:
+            s = self.settings
+            self._pooled_builder = make_builder(s.timeouts, s.builder_workers)
+        return self._pooled_builder
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+        try:
+            return self._tune_and_apply(mod, target)
+        finally:
+            if self._pooled_builder is not None:
+                self._pooled_builder.close()
+                self._pooled_builder = None
+
+    def _tune_and_apply(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
         from dlas._compat.tensor_intrin import register_for
 
         _quiet_metaschedule()
@@ -258,14 +276,13 @@ class MetaScheduleHook:
                   target: tvm.target.Target) -> dict[str, tuple[float | None, str]]:
         """Every allotted task's minimal schedule measured into the database as a candidate
         (once per workload): built in one batch, run by one runner per kind of arguments."""
-        s = self.settings
         fresh = [t for t in tasks if db.entry(t.mod, t.name).minimal_us is None]
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
-            make_builder(s.timeouts, s.builder_workers), self._candidate_runner) if tasks else {}
+            self._builder(), self._candidate_runner) if tasks else {}
         if fresh:
             failed = [name for name, (us, _) in measured.items() if us is None]
             self.say(f"minimal schedules measured in {time.perf_counter() - started:.1f}s"
@@ -308,7 +325,7 @@ class MetaScheduleHook:
                                  task_name=job.task.name, rand_state=s.seed,
                                  num_threads=s.builder_workers)
             pairs.append((job.task, list(ctx.space_generator.postprocs or [])))
-        counts = measure_transfers(db, pairs, target, make_builder(s.timeouts, s.builder_workers),
+        counts = measure_transfers(db, pairs, target, self._builder(),
                                    self._candidate_runner, s.transfer_sources)
         measured = sum(counts.values())
         self.say(f"transfer: {measured} schedule(s) of matching tuned tasks measured on "
@@ -405,7 +422,7 @@ class MetaScheduleHook:
                     work_dir=work, max_trials_global=budget,
                     max_trials_per_task=max(job.need for job in jobs),
                     num_trials_per_iter=per_iter,
-                    builder=make_builder(s.timeouts, s.builder_workers),
+                    builder=self._builder(),
                     runner=make_runner(self.target, s.timeouts,
                                        alloc if alloc.by_signature else None,
                                        s.runner_repeat, s.runner_number),
