@@ -410,3 +410,21 @@ def test_pooled_builder_keeps_its_workers_across_batches() -> None:
     assert all(r.error_msg is None and Path(r.artifact_path).is_file()
                for r in first + second), [r.error_msg for r in first + second]
     assert third[0].artifact_path is None and "exception" in third[0].error_msg
+
+
+def _tvm_threads() -> int:
+    import tvm
+
+    return int(tvm.get_global_func("runtime.NumThreads")())
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_candidates_are_timed_with_the_points_threads(threads: int, monkeypatch) -> None:
+    """The runner's worker has the target's thread count, not the single thread a fresh
+    TVM process starts with here (a schedule searched on one thread can lose on two)."""
+    from dlas.tuning.metaschedule.measure import Timeouts, make_runner
+
+    monkeypatch.delenv("TVM_NUM_THREADS", raising=False)
+    spec = TargetSpec(name="host", tvm_target=host_target(threads), num_threads=threads)
+    runner = make_runner(spec, Timeouts(60, 60), None, 1, 1)
+    assert runner.pool.submit(_tvm_threads).result() == threads
