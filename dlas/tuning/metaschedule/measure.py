@@ -18,7 +18,7 @@ from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
 from dlas.measure.timing import set_num_threads
 from dlas.targets.base import TargetSpec
-from dlas.targets.host import allowed_cpus
+from dlas.targets.host import available_cores
 from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
 
 
@@ -101,11 +101,12 @@ def make_runner(target: TargetSpec, timeouts: Timeouts, alloc: RealArguments | N
                                   session_timeout_sec=int(max(timeouts.runner_s, 10)))
         return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=evaluator,
                                    max_workers=1, f_alloc_argument=alloc)
-    # The runner's worker times candidates with the point's thread count: TVM's pool in a
-    # fresh process has one thread on these 2-vCPU machines (unless TVM_NUM_THREADS
-    # happens to be set), and a schedule searched single-threaded loses its gain, or
-    # turns into a loss, when the point is timed with two.
-    threads = functools.partial(set_num_threads, target.num_threads or len(allowed_cpus()))
+    # The runner's worker times candidates with the point's thread count (the runner's
+    # rule: the target's threads, else every available core). TVM's pool in a fresh
+    # process has one thread on these 2-vCPU machines (unless TVM_NUM_THREADS happens to
+    # be set), and a schedule searched single-threaded loses its gain, or turns into a
+    # loss, when the point is timed with two.
+    threads = functools.partial(set_num_threads, target.num_threads or available_cores())
     return ms.runner.LocalRunner(timeout_sec=timeouts.runner_s, evaluator_config=evaluator,
                                  f_alloc_argument=alloc, initializer=threads)
 
