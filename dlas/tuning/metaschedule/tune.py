@@ -274,8 +274,9 @@ class MetaScheduleHook:
 
     def _minimals(self, db: TuningDatabase, tasks: list[Task],
                   target: tvm.target.Target) -> dict[str, tuple[float | None, str]]:
-        """Every allotted task's minimal schedule measured into the database as a candidate
-        (once per workload): built in one batch, run by one runner per kind of arguments."""
+        """The minimal schedules of `tasks` (those reused, searched or offered transfers at
+        this point) measured into the database as candidates, once per workload: built in
+        one batch, run by one runner per kind of arguments."""
         fresh = [t for t in tasks if db.entry(t.mod, t.name).minimal_us is None]
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
