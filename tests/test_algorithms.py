@@ -24,8 +24,8 @@ from dlas import registry
 from dlas.algorithms.base import ConvAlgorithm, ConvSpec, conv_prim_func
 from dlas.algorithms.csr import csr_from_weight, csr_to_dense
 from dlas.compiler.build import make_target
-from dlas.compiler.minimal_schedule import is_parallelized, leaf_blocks
 from dlas.targets.host import host_target
+from dlas.tir.schedule_helpers import is_parallelized, leaf_blocks
 
 TARGET = make_target(host_target())
 TABLE = Path(__file__).parent / "data" / "paper_conv_shapes.json"

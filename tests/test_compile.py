@@ -23,7 +23,6 @@ from dlas.compiler.build import (
     lower_to_tir,
     make_target,
 )
-from dlas.compiler.minimal_schedule import is_parallelized, leaf_blocks, loop_kinds
 from dlas.compiler.relax_import import (
     ImportedModel,
     import_torch_model,
@@ -32,6 +31,7 @@ from dlas.compiler.relax_import import (
 )
 from dlas.measure.timing import load_vm, num_threads_in_use, run_batch, set_num_threads, time_vm
 from dlas.targets.host import detect_host_cpu, host_target
+from dlas.tir.schedule_helpers import is_parallelized, leaf_blocks, loop_kinds
 
 INPUT_SHAPE = (1, 3, 16, 16)
 NUM_CONVS = 5

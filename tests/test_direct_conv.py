@@ -11,8 +11,8 @@ from tvm import s_tir, tirx
 from dlas.algorithms.base import ConvSpec, conv_prim_func
 from dlas.algorithms.direct import DirectConv
 from dlas.compiler.build import make_target
-from dlas.compiler.minimal_schedule import is_parallelized, leaf_blocks
 from dlas.targets.host import host_target
+from dlas.tir.schedule_helpers import is_parallelized, leaf_blocks
 
 TARGET = make_target(host_target())
 

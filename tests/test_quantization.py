@@ -18,10 +18,9 @@ from torch import nn
 from tvm import s_tir, tirx
 
 from dlas import registry
-from dlas.algorithms.base import CONV_ALGORITHM_ATTR, ConvSpec
+from dlas.algorithms.base import ConvSpec
 from dlas.algorithms.direct import DirectConv
 from dlas.compiler.build import compile_model, lower_to_tir, make_target
-from dlas.compiler.minimal_schedule import conv_spec_of, leaf_blocks
 from dlas.compiler.precision import convert_float16
 from dlas.compiler.quantized import conv_dtypes, import_qdq_onnx, output_step
 from dlas.compiler.relax_import import import_torch_model
@@ -40,6 +39,8 @@ from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner, Workspace
 from dlas.sweep.config import parse_config
 from dlas.targets.host import has_vnni
+from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, conv_spec_of
+from dlas.tir.schedule_helpers import leaf_blocks
 
 INT8 = ("int8", "int8", "int32")
 TARGET = {"kind": "llvm"}

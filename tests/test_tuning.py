@@ -278,7 +278,7 @@ def cache_hostile_space():
     one sampled tile size gives the evolutionary search something to mutate."""
     from tvm.s_tir import meta_schedule as ms
 
-    from dlas.compiler.minimal_schedule import leaf_blocks
+    from dlas.tir.schedule_helpers import leaf_blocks
 
     def apply(sch) -> None:  # noqa: ANN001 - a traced s_tir.Schedule
         for block in leaf_blocks(sch):

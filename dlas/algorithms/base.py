@@ -18,21 +18,25 @@ The contract is shaped for the algorithms the DLAS paper compares:
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import numpy as np
 from tvm import s_tir, te, tirx
 
-#: Block annotation the compiler puts on the output block of every algorithm-made conv.
-#: Its value is the `ConvSpec` as JSON, so any (fused) PrimFunc says which of its blocks
-#: is a convolution, and with which shapes, without outside bookkeeping.
-CONV_SPEC_ATTR = "dlas.conv_spec"
-#: Block annotation with the name of the algorithm that made the block.
-CONV_ALGORITHM_ATTR = "dlas.conv_algorithm"
+# ConvSpec lives below this layer (the compiler reads it from tagged blocks too); it is
+# the argument of every method of the algorithm contract, so it is re-exported here.
+from ..tir.conv_spec import ConvSpec, tag_conv_block
+
+__all__ = [
+    "RAW_WEIGHT",
+    "SUPPORTED_DTYPES",
+    "ConvAlgorithm",
+    "ConvSpec",
+    "conv_prim_func",
+    "flatten_extern_blocks",
+]
 
 #: Name of the single weight input when an algorithm reads the raw OIHW weight.
 RAW_WEIGHT = "weight"
@@ -46,90 +50,6 @@ SUPPORTED_DTYPES = frozenset({
     ("uint8", "int8", "int32"),
     ("int8", "int8", "int32"),
 })
-
-
-@dataclass(frozen=True)
-class ConvSpec:
-    """One `relax.nn.conv2d` call, NCHW data and OIHW weight, static shapes.
-
-    Padding is (top, left, bottom, right), as relax stores it.
-    """
-
-    data_shape: tuple[int, ...]
-    weight_shape: tuple[int, ...]
-    strides: tuple[int, int]
-    padding: tuple[int, int, int, int]
-    dilation: tuple[int, int]
-    groups: int
-    data_dtype: str
-    weight_dtype: str
-    out_dtype: str
-
-    @property
-    def batch(self) -> int:
-        return self.data_shape[0]
-
-    @property
-    def in_channels(self) -> int:
-        return self.data_shape[1]
-
-    @property
-    def out_channels(self) -> int:
-        return self.weight_shape[0]
-
-    @property
-    def kernel_size(self) -> tuple[int, int]:
-        return self.weight_shape[2], self.weight_shape[3]
-
-    @property
-    def is_depthwise(self) -> bool:
-        """One input channel per group (MobileNet-style), any channel multiplier."""
-        return self.groups > 1 and self.groups == self.in_channels
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
-        _, _, h, w = self.data_shape
-        kh, kw = self.kernel_size
-        pt, pl, pb, pr = self.padding
-        oh = (h + pt + pb - (kh - 1) * self.dilation[0] - 1) // self.strides[0] + 1
-        ow = (w + pl + pr - (kw - 1) * self.dilation[1] - 1) // self.strides[1] + 1
-        return self.batch, self.out_channels, oh, ow
-
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates of the dense convolution (for sanity checks and reports)."""
-        n, o, oh, ow = self.out_shape
-        _, cg, kh, kw = self.weight_shape
-        return n * o * oh * ow * cg * kh * kw
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> ConvSpec:
-        raw = json.loads(text)
-        return cls(
-            data_shape=tuple(raw["data_shape"]),
-            weight_shape=tuple(raw["weight_shape"]),
-            strides=tuple(raw["strides"]),
-            padding=tuple(raw["padding"]),
-            dilation=tuple(raw["dilation"]),
-            groups=int(raw["groups"]),
-            data_dtype=raw["data_dtype"],
-            weight_dtype=raw["weight_dtype"],
-            out_dtype=raw["out_dtype"],
-        )
-
-    def validate(self) -> None:
-        """Raise ValueError on a spec no algorithm could compute (catches importer bugs)."""
-        if len(self.data_shape) != 4 or len(self.weight_shape) != 4:
-            raise ValueError(f"conv2d needs 4-d NCHW data and OIHW weight: {self}")
-        if self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ValueError(f"channels not divisible by groups: {self}")
-        if self.weight_shape[1] * self.groups != self.in_channels:
-            raise ValueError(f"weight in-channels do not match data / groups: {self}")
-        if min(self.out_shape) <= 0:
-            raise ValueError(f"empty output shape {self.out_shape}: {self}")
 
 
 class ConvAlgorithm(ABC):
@@ -229,23 +149,6 @@ def conv_prim_func(
     if schedule:
         algorithm.schedule(sch, block, spec)
     return sch.mod["main"], arrays
-
-
-def tag_conv_block(
-    sch: s_tir.Schedule, algorithm_name: str, spec: ConvSpec
-) -> s_tir.schedule.SBlockRV:
-    """Annotate the block that writes the function's output as a dlas conv; return it.
-
-    Nested blocks (a CSR row block holding its update block) count once, as the outer one.
-    """
-    root = sch.get_sblock(sch.mod["main"].body.block.name_hint)
-    top = {sch.get(b).name_hint for b in sch.get_child_blocks(root)}
-    blocks = [b for b in sch.get_output_blocks(root) if sch.get(b).name_hint in top]
-    if len(blocks) != 1:
-        raise ValueError(f"conv compute must have exactly one output block, got {len(blocks)}")
-    sch.annotate(blocks[0], CONV_SPEC_ATTR, spec.to_json())
-    sch.annotate(blocks[0], CONV_ALGORITHM_ATTR, algorithm_name)
-    return blocks[0]
 
 
 def flatten_extern_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:

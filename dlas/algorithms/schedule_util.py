@@ -2,7 +2,9 @@
 
 Each helper does one of the two things an untuned schedule may do: run an outer spatial
 loop across threads, or vectorize an innermost spatial loop where that is trivially
-legal. Tiling, unrolling and cache stages are left to tuning.
+legal. Tiling, unrolling and cache stages are left to tuning. The block-level helpers
+they build on (`dlas.tir.schedule_helpers`) are shared with the compiler's pass over
+non-conv blocks; this module holds what only conv schedules need.
 """
 
 from __future__ import annotations
@@ -12,28 +14,15 @@ from contextvars import ContextVar
 
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
-from tvm.target import Target
-from tvm.target.codegen import llvm_get_vector_width
 
-from ..compiler.minimal_schedule import (
+from ..tir.schedule_helpers import (
     MAX_WHOLE_VECTOR,
     const_extent,
     is_parallelized,
     parallelize_block,
+    target_vector_bits,
     vector_lanes,
 )
-
-#: Vector width assumed when no LLVM target is current (AVX2).
-DEFAULT_VECTOR_BITS = 256
-
-
-def target_vector_bits() -> int:
-    """SIMD width of the current LLVM target (the compiler schedules inside `with target`)."""
-    target = Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm":
-        return DEFAULT_VECTOR_BITS
-    bits = llvm_get_vector_width(target)
-    return bits if bits > 0 else DEFAULT_VECTOR_BITS
 
 
 def parallel_outer(sch: s_tir.Schedule, loops: list[LoopRV]) -> LoopRV:

@@ -48,15 +48,10 @@ from tvm import ir, relax, tirx
 from tvm.target import Target
 from tvm_ffi import structural_equal
 
-from ..algorithms.base import (
-    CONV_SPEC_ATTR,
-    RAW_WEIGHT,
-    ConvAlgorithm,
-    ConvSpec,
-    flatten_extern_blocks,
-    tag_conv_block,
-)
+from ..algorithms.base import RAW_WEIGHT, ConvAlgorithm, flatten_extern_blocks
 from ..targets.arch import export_suffix
+from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
+from ..tir.schedule_helpers import target_vector_bits
 from . import fallbacks as fallback_notes
 from .fold import FoldReport, fold_constants
 from .minimal_schedule import schedule_prim_func
@@ -313,8 +308,6 @@ def apply_minimal_schedules(
 
     Convs are scheduled by the algorithm that made them: `algorithm` or its fallback.
     """
-    from ..algorithms.schedule_util import target_vector_bits
-
     algorithms = [a for a in (algorithm, algorithm.fallback()) if a is not None]
     schedulers = {a.name: a.schedule for a in algorithms}
     warnings: list[str] = []

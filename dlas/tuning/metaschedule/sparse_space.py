@@ -29,13 +29,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from dlas.algorithms.schedule_util import CSR_ROW_RULE, csr_update_loops, parallel_outer
-from dlas.compiler.minimal_schedule import (
-    ConvScheduler,
-    const_extent,
-    root_block,
-    schedule_blocks,
-    vector_lanes,
-)
+from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
+from dlas.tir.schedule_helpers import const_extent, root_block, vector_lanes
 
 #: Explicit-unroll depths the space samples from (0 = no unrolling), as MetaSchedule's
 #: own CPU rule (`ParallelizeVectorizeUnroll`) offers.

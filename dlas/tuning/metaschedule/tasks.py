@@ -21,9 +21,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 from tvm_ffi import structural_equal
 
-from dlas.algorithms.base import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
 from dlas.compiler.build import constant_value
-from dlas.compiler.minimal_schedule import const_extent, root_block
+from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
+from dlas.tir.schedule_helpers import const_extent, root_block
 
 
 @dataclass

@@ -58,8 +58,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 
-from dlas.algorithms.base import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR
-from dlas.compiler.minimal_schedule import root_block
+from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR
+from dlas.tir.schedule_helpers import root_block
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.tasks import Task
 

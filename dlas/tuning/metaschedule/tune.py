@@ -154,7 +154,7 @@ def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
 
 
 def _vector_bits(target: tvm.target.Target) -> int:
-    from dlas.algorithms.schedule_util import target_vector_bits
+    from dlas.tir.schedule_helpers import target_vector_bits
 
     with target:
         return target_vector_bits()
