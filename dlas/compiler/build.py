@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,17 +54,15 @@ from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
 from ..tir.schedule_helpers import target_vector_bits
 from . import fallbacks as fallback_notes
 from .fold import FoldReport, fold_constants
+from .gpu_schedule import build_gpu
 from .minimal_schedule import schedule_prim_func
+from .pipeline import SCHEDULED_ATTR, ScheduleHook, relax_finalize_pipeline, unscheduled_prim_funcs
 from .relax_import import ImportedModel
 
 log = logging.getLogger(__name__)
 
 LIBRARY_FILE = "model.so"
 REPORT_FILE = "compile.json"
-SCHEDULED_ATTR = "tirx.is_scheduled"
-
-ScheduleHook = Callable[[tvm.IRModule, Target], tvm.IRModule]
-
 #: The phases of `compile_model`, in order. `tune` is the schedule hook (absent without one).
 PHASES = ("lower", "fold", "tune", "schedule", "codegen", "export")
 #: How constants are folded: numpy first, TVM's FoldConstant for the rest (the default);
@@ -288,16 +286,6 @@ def lower_to_tir(
     return mod, legalizer
 
 
-def unscheduled_prim_funcs(
-    mod: tvm.IRModule, skip: set[str] = frozenset()
-) -> list[tuple[ir.GlobalVar, tirx.PrimFunc]]:
-    """The PrimFuncs a schedule pass must still handle: not in `skip` (the tuning hook's)
-    and not marked scheduled."""
-    return [(gvar, func) for gvar, func in mod.functions_items()
-            if isinstance(func, tirx.PrimFunc) and gvar.name_hint not in skip
-            and not (func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False))]
-
-
 def apply_minimal_schedules(
     mod: tvm.IRModule,
     algorithm: ConvAlgorithm,
@@ -325,23 +313,6 @@ def apply_minimal_schedules(
             warnings.extend(f"{gvar.name_hint}: {note}" for note in notes)
             mod[gvar] = scheduled.with_attr(SCHEDULED_ATTR, True)
     return mod, warnings
-
-
-def relax_finalize_pipeline(target: Target) -> tvm.transform.Pass:
-    """The target's default Relax pipeline (CPU or CUDA) minus dispatch/legalization/fusion
-    (done already)."""
-    if target.kind.name == "cuda":
-        from tvm.relax.backend.cuda import pipeline as backend
-    else:
-        from tvm.relax.backend.cpu_generic import pipeline as backend
-
-    @tvm.transform.module_pass(opt_level=0, name="DlasRelaxFinalize")
-    def _pipeline(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        with target:
-            passes = backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
-            return tvm.transform.Sequential(passes)(mod)
-
-    return _pipeline
 
 
 def compile_model(
@@ -378,8 +349,6 @@ def compile_model(
                 if old is None or not structural_equal(old, func):
                     hooked.add(gvar.name_hint)
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
-        from .gpu_schedule import build_gpu
-
         with trace.phase("codegen"):  # GPU schedules are a small part of it
             executable, warnings = build_gpu(mod, tgt, skip=hooked)
     else:

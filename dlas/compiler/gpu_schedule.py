@@ -16,7 +16,7 @@ is not bound to `blockIdx`/`threadIdx` does not even compile, so the minimum is 
   row's non-zeros serially. Every other block of such a function gets its own kernel.
 
 The CUDA Relax pipeline differs from the CPU one only in `RewriteCUDAGraph`; its pieces
-are used by `build.relax_finalize_pipeline`.
+are used by `pipeline.relax_finalize_pipeline`.
 
 CUDA code is compiled by TVM's `tvm_callback_cuda_compile`: NVRTC (needs the
 `cuda-bindings` package) or, with `TVM_CUDA_COMPILE_MODE=nvcc`, the `nvcc` on PATH.
@@ -37,7 +37,8 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
-from .build import SCHEDULED_ATTR, relax_finalize_pipeline, unscheduled_prim_funcs
+from ..tir.schedule_helpers import root_block
+from .pipeline import SCHEDULED_ATTR, relax_finalize_pipeline, unscheduled_prim_funcs
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +57,8 @@ def max_threads(target: Target) -> int:
     return 1024
 
 
-def _root(sch: s_tir.Schedule) -> s_tir.schedule.SBlockRV:
-    """The function's root block (named "extern" when a te.extern kernel is the function)."""
-    return sch.get_sblock(sch.mod["main"].body.block.name_hint)
-
-
 def _has_nested_blocks(sch: s_tir.Schedule) -> bool:
-    return any(sch.get_child_blocks(b) for b in sch.get_child_blocks(_root(sch)))
+    return any(sch.get_child_blocks(b) for b in sch.get_child_blocks(root_block(sch)))
 
 
 def _loop_kinds(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV,
@@ -119,7 +115,7 @@ def _bind_blocks(func: tirx.PrimFunc, threads: int) -> s_tir.Schedule:
     """One kernel per child block of the root: CSR row blocks over blockIdx.x with their
     pixels over threadIdx.x, every other block like dlight's Fallback (no inlining)."""
     sch = s_tir.Schedule(func)
-    for block in sch.get_child_blocks(_root(sch)):
+    for block in sch.get_child_blocks(root_block(sch)):
         children = sch.get_child_blocks(block)
         loops = sch.get_loops(block)
         if not children:

@@ -17,12 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
-
+from dlas.compiler.pipeline import ScheduleHook
 from dlas.sweep.config import Budgets
 from dlas.targets.base import TargetSpec
 
-ScheduleHook = Callable[[tvm.IRModule, tvm.target.Target], tvm.IRModule]
+__all__ = ["ScheduleHook", "TuningContext"]
 
 
 @dataclass

@@ -22,6 +22,7 @@ from tvm.s_tir.schedule import SBlockRV
 from tvm_ffi import structural_equal
 
 from dlas.compiler.build import constant_value
+from dlas.compiler.pipeline import SCHEDULED_ATTR
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
 from dlas.tir.schedule_helpers import const_extent, root_block
 
@@ -106,7 +107,7 @@ def extract(mod: tvm.IRModule, target: tvm.target.Target) -> list[Task]:
     for extracted in ms.relax_integration.extract_tasks(mod, target):
         task_mod = extracted.dispatched[0]
         func = task_mod["main"]
-        if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+        if func.attrs is not None and func.attrs.get(SCHEDULED_ATTR, False):
             continue
         name = extracted.task_name
         if name not in by_name:  # the task took another call site's name: find it by structure

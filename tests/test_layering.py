@@ -1,0 +1,122 @@
+"""The import layering of the TVM side: dlas.tir below dlas.algorithms below dlas.compiler.
+
+`dlas.tir` (ConvSpec, conv annotations, schedule helpers) imports neither layer above it;
+`dlas.algorithms` never imports `dlas.compiler`; and no module of the three imports
+itself back through others (the compiler's CPU and GPU paths once did: build <->
+gpu_schedule). The static check reads every import statement, lazy ones in functions
+included, because a cycle hidden in a function body is still a cycle in the design.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("dlas.tir", "dlas.algorithms", "dlas.compiler")
+#: Which packages each one may import (layers below it, and itself).
+ALLOWED = {
+    "dlas.tir": {"dlas.tir"},
+    "dlas.algorithms": {"dlas.tir", "dlas.algorithms"},
+    "dlas.compiler": {"dlas.tir", "dlas.algorithms", "dlas.compiler"},
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package.replace(".", "/")).rglob("*.py"):
+            out[_module_name(path)] = path
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The dlas modules `name` imports anywhere in its source (absolute names)."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            # `from pkg import submodule` imports the submodule too
+            found.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known)
+    return {m for m in found if m == "dlas" or m.startswith("dlas.")}
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) & known - {name}
+            for name, path in modules.items()}
+
+
+def _package(module: str) -> str:
+    return next(p for p in PACKAGES if module == p or module.startswith(p + "."))
+
+
+def test_layers_import_only_downwards() -> None:
+    wrong = [
+        f"{mod} imports {dep}"
+        for mod, deps in _graph().items()
+        for dep in sorted(deps)
+        if _package(dep) not in ALLOWED[_package(mod)]
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1 on the DFS stack, 2 done
+    cycles: list[str] = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*stack, dep])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
+
+
+def test_build_and_gpu_schedule_share_the_pipeline_module() -> None:
+    graph = _graph()
+    assert "dlas.compiler.build" not in graph["dlas.compiler.gpu_schedule"]
+    assert "dlas.compiler.pipeline" in graph["dlas.compiler.gpu_schedule"]
+    assert "dlas.compiler.pipeline" in graph["dlas.compiler.build"]
+
+
+@pytest.mark.parametrize(("imported", "absent"), [
+    ("dlas.tir.conv_spec, dlas.tir.schedule_helpers", ("dlas.algorithms", "dlas.compiler")),
+    ("dlas.algorithms.options, dlas.algorithms.direct, dlas.algorithms.gemm, "
+     "dlas.algorithms.spatial_pack, dlas.algorithms.schedule_util", ("dlas.compiler",)),
+])
+def test_runtime_imports(imported: str, absent: tuple[str, ...]) -> None:
+    """What a fresh interpreter actually loads (a package __init__ could pull a layer in)."""
+    code = (f"import sys, {imported}\n"
+            f"print(sorted(m for m in sys.modules if m.startswith({absent!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
