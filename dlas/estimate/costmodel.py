@@ -1,0 +1,122 @@
+"""The built-in cost model: seconds per stage from model size and budgets.
+
+Used where the workspace has measured nothing similar, and as the *shape* by which a
+measured entry is rescaled to another model or budget (measured seconds x built-in cost
+of the new entry / built-in cost of the measured one). Each stage's cost is split into
+components, so a measured compile's compile part and tuning part rescale separately
+(the first with the conv count, the second with the trials).
+
+The constants were fitted on this project's machine class (2-core AMD EPYC VMs, Zen 3
+and Zen 5 seen; 2 threads) from the quickstart sweep's measured stage seconds (ResNet18
+and MobileNetV2 at width 0.5: 139M / 24M MACs, 20 / 57 convs; digits, 1437 training
+images) and the tuning costs in DESIGN.md. They are meant to be right within a factor
+of about 2; a workspace's own measurements replace them wherever a similar stage ran.
+"""
+
+from __future__ import annotations
+
+from dlas.estimate.work import StageWork
+
+# --- data: loading a dataset (not cached; every run loads it once) ----------------------
+#: digits: 0.3-0.5 s measured; CIFAR-10 unpickles 60,000 images (a few seconds).
+DATA_S: dict[str, float] = {"digits": 0.5, "cifar10": 5.0, "imagenet": 30.0}
+DATA_DEFAULT_S = 5.0
+
+# --- training and fine-tuning: SGD over images x epochs ---------------------------------
+#: Seconds per training image per conv layer (framework work per layer: depthwise and
+#: 1x1 convs, batch norm, activations) and per MAC of the forward pass (forward and
+#: backward of the big convs). Fitted to 4 epochs of digits: ResNet18-w0.5 53 s,
+#: MobileNetV2-w0.5 49 s (batch 64, channels-last). CIFAR ResNet18 (555M MACs) comes
+#: out at about 23 minutes per epoch, 76 hours for the paper's 200 epochs.
+TRAIN_S_PER_CONV_IMAGE = 1.21e-4
+TRAIN_S_PER_MAC_IMAGE = 4.51e-11
+#: An evaluation (forward only) costs about a third of a training step.
+FORWARD_SHARE = 1 / 3
+#: Model construction, optimizer and data loaders, saving.
+TRAIN_FIXED_S = 3.0
+
+# --- compress -----------------------------------------------------------------------------
+#: Evaluating the compressed model and storing it (none, float16: 1.3-1.9 s measured).
+COMPRESS_FIXED_S = 1.5
+#: Per pruning level: pruning, masks, the level's evaluation beside the test pass.
+PRUNE_LEVEL_S = 3.0
+#: int8: ONNX export, ONNX Runtime static quantization (calibration) and its accuracy
+#: (int8 4.5-7.3 s measured for ResNet18-w0.5).
+INT8_EXTRA_S = 4.0
+
+# --- import (torch.export, Relax frontend, reference outputs) ------------------------------
+#: ResNet18-w0.5 (20 convs) 1.75 s, MobileNetV2-w0.5 (57 convs) 3.3 s.
+IMPORT_FIXED_S = 0.9
+IMPORT_S_PER_CONV = 0.042
+
+# --- compile: lowering with the algorithm, folding, minimal schedules, LLVM ---------------
+#: Dense algorithms 0.1 s per conv (ResNet18-w0.5 1.9-3.8 s, MobileNetV2-w0.5 4.5-7 s);
+#: CSR ones 0.22 s per conv (4.6-6.2 s and 11.5-13.8 s).
+COMPILE_FIXED_S = 0.5
+COMPILE_S_PER_CONV = 0.10
+COMPILE_S_PER_CSR_CONV = 0.22
+
+# --- tuning (MetaSchedule) --------------------------------------------------------------
+#: One trial is mostly an LLVM build: DESIGN.md measured 4-9 s per trial on one
+#: ResNet18-w0.5 conv (2 builder workers) and about 4 s in dlas's pooled session.
+TRIAL_S = 4.0
+#: A session's builder pool, task extraction, minimal and transferred candidates.
+TUNING_FIXED_S = 10.0
+
+# --- measure and baselines: verify, then time ----------------------------------------------
+#: Untuned thread-parallel TVM code on 2 threads runs about 10 GMAC/s (ResNet18-w0.5:
+#: 151 runs in 1.3-3 s; MobileNetV2-w0.5 in 0.35-0.66 s); int8 code about half that.
+MACS_PER_S = 1.0e10
+INT8_SLOWDOWN = 2.0
+#: Loading the module, reading the load probe, accuracy bookkeeping.
+MEASURE_FIXED_S = 0.3
+#: A baseline builds its runtime's session first (ONNX export for ONNX Runtime:
+#: 1.4-2.5 s PyTorch, 4-8 s ONNX Runtime measured).
+BASELINE_FIXED_S = 2.5
+
+#: Per component, the layers whose options a measured entry must share to stand for
+#: another, most telling first; an entry that does not share the first is not used.
+SIGNATURE: dict[str, tuple[str, ...]] = {
+    "data": ("datasets",),
+    "train": ("models", "datasets"),
+    "compress": ("compression", "models", "datasets"),
+    "import": ("compression", "models"),
+    "compile": ("algorithms", "compression", "models", "targets"),
+    "tuning": ("tuning", "targets", "algorithms", "models"),
+    "measure": ("targets", "compression", "algorithms", "models"),
+    "baseline": ("tuning", "compression", "models"),
+}
+
+
+def _per_image(work: StageWork) -> float:
+    """Seconds of one training step on one image."""
+    return TRAIN_S_PER_CONV_IMAGE * work.convs + TRAIN_S_PER_MAC_IMAGE * work.macs
+
+
+def _latency(work: StageWork) -> float:
+    return work.macs / MACS_PER_S * (INT8_SLOWDOWN if work.int8 else 1.0)
+
+
+def components(work: StageWork) -> dict[str, float]:
+    """The built-in estimate of `work`, in seconds per component (they sum to the stage)."""
+    evaluate = work.test_images * _per_image(work) * FORWARD_SHARE
+    if work.stage == "data":
+        return {"data": DATA_S.get(work.options.get("datasets", ""), DATA_DEFAULT_S)}
+    if work.stage == "train":
+        fit = work.train_images * work.epochs * _per_image(work)
+        return {"train": TRAIN_FIXED_S + fit + evaluate}
+    if work.stage == "compress":
+        finetune = work.train_images * work.epochs * _per_image(work)
+        extra = work.levels * (PRUNE_LEVEL_S + evaluate) + (INT8_EXTRA_S if work.int8 else 0)
+        return {"compress": COMPRESS_FIXED_S + evaluate + finetune + extra}
+    if work.stage == "import":
+        return {"import": IMPORT_FIXED_S + IMPORT_S_PER_CONV * work.convs}
+    if work.stage == "compile":
+        per_conv = COMPILE_S_PER_CSR_CONV if work.csr else COMPILE_S_PER_CONV
+        tuning = TUNING_FIXED_S + TRIAL_S * work.trials if work.trials else 0.0
+        return {"compile": COMPILE_FIXED_S + per_conv * work.convs, "tuning": tuning}
+    if work.stage == "measure":
+        return {"measure": MEASURE_FIXED_S + work.runs * _latency(work)}
+    if work.stage == "baseline":
+        return {"baseline": BASELINE_FIXED_S + work.runs * work.macs / MACS_PER_S}
+    raise ValueError(f"no cost model for stage '{work.stage}'")

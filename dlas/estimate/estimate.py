@@ -1,0 +1,191 @@
+"""A sweep's expected wall time, per stage and in total, on 1 and on N workers.
+
+For each point the runner would compute, every stage entry not already cached gets a
+cost: rescaled from the most similar entry this workspace measured (same stage, same
+options on the layers that matter to it; see `costmodel.SIGNATURE`), else the built-in
+cost model. Entries shared by points (one trained model feeds every compression) are
+counted once, cached entries cost nothing, and the deduplicated stage graph is list-
+scheduled on N workers (`schedule.simulate`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlas.estimate.costmodel import SIGNATURE, components
+from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
+from dlas.estimate.schedule import ScheduleResult, Task, simulate
+from dlas.estimate.work import PARENT, StageWork, stage_work
+from dlas.sweep.config import SweepConfig
+
+#: Stage order of the table (the runner's).
+STAGE_ORDER = ("data", "train", "compress", "import", "compile", "measure", "baseline")
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One stage entry to compute and its estimated seconds."""
+
+    stage: str
+    key: str
+    seconds: float
+    #: The parts of `seconds` rescaled from this workspace's measurements, and from the
+    #: built-in cost model.
+    measured_s: float
+    builtin_s: float
+    #: How the number was obtained, for a reader checking it.
+    basis: str
+    #: Indices (into `Estimate.tasks`) of the entries it must wait for.
+    deps: tuple[int, ...]
+    #: The point it was first needed by, as `dlas plan` lists it.
+    point: str
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    stage: str
+    compute: int
+    cached: int
+    seconds: float
+    measured_s: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    sweep: str
+    points: int
+    #: Points a run would execute (not blocked; failed ones are skipped until
+    #: --retry-failed).
+    runnable: int
+    skipped_failed: int
+    stages: tuple[StageSummary, ...]
+    tasks: tuple[StageCost, ...]
+    #: Wall time on 1 worker (this machine, as `dlas run` runs) and on N.
+    serial: ScheduleResult
+    parallel: ScheduleResult
+    #: Measured cache entries this workspace offered.
+    samples: int
+
+    @property
+    def total_s(self) -> float:
+        return self.serial.serial_s
+
+    @property
+    def measured_s(self) -> float:
+        return sum(t.measured_s for t in self.tasks)
+
+    @property
+    def builtin_s(self) -> float:
+        return sum(t.builtin_s for t in self.tasks)
+
+
+def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int:
+    """How many of `layers`, in order, the two entries share an option on."""
+    level = 0
+    for layer in layers:
+        if target.options.get(layer) != sample.options.get(layer):
+            break
+        level += 1
+    return level
+
+
+def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, str]:
+    """(measured-based seconds, built-in seconds, basis) of one entry: per component,
+    the median of the most similar measured entries rescaled by the built-in model's
+    ratio, or the built-in model where none is similar."""
+    from_measured = from_model = 0.0
+    notes: list[str] = []
+    for part, target_s in components(work).items():
+        if target_s <= 0:
+            continue
+        layers = SIGNATURE[part]
+        best, scaled = 0, []
+        for sample in measured:
+            base = sample.builtin.get(part, 0.0)
+            if base <= 0 or part not in sample.seconds:
+                continue
+            if part == "tuning" and sample.work.trials <= 0:
+                continue  # all of its tasks came from the database: no per-trial cost
+            level = _level(work, sample.work, layers)
+            if level < 1 or level < best:
+                continue
+            if level > best:
+                best, scaled = level, []
+            scaled.append(sample.seconds[part] * target_s / base)
+        if scaled:
+            value = statistics.median(scaled)
+            from_measured += value
+            notes.append(f"{part}: measured x{value / target_s:.2f} of built-in "
+                         f"({len(scaled)} entr{'y' if len(scaled) == 1 else 'ies'} with the "
+                         f"same {', '.join(layers[:best])})")
+        else:
+            from_model += target_s
+            notes.append(f"{part}: built-in")
+    return from_measured, from_model, "; ".join(notes) or "nothing to do"
+
+
+def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
+                   workers: int = 1, record: WorkspaceRecord | None = None) -> Estimate:
+    """The estimate of running `config` against the workspace (its cache and results)."""
+    from dlas.runner.cache import Cache
+    from dlas.runner.stages import resolve_target, stage_keys
+    from dlas.sweep.grid import expand
+
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    cache = Cache(cache_root)
+    record = record or load_workspace(Path(cache_root), Path(db_path))
+    by_stage: defaultdict[str, list[Measured]] = defaultdict(list)
+    for sample in record.measured:
+        by_stage[sample.work.stage].append(sample)
+
+    points = expand(config)
+    index: dict[tuple[str, str], int] = {}
+    tasks: list[StageCost] = []
+    cached: set[tuple[str, str]] = set()
+    runnable = skipped = 0
+    for point in points:
+        if point.blocked:
+            continue
+        if point.key in record.failed_points:
+            skipped += 1
+            continue
+        runnable += 1
+        keys = dict(stage_keys(point).items())
+        if "measure" in keys and resolve_target(point).unmeasurable:
+            del keys["measure"]  # compiled, then recorded as not runnable here
+        todo = {s for s, k in keys.items() if s != "data" and not cache.has(s, k)}
+        cached.update((s, k) for s, k in keys.items() if s != "data" and s not in todo)
+        if todo:
+            todo.add("data")  # every run that computes anything loads the dataset
+        for stage in STAGE_ORDER:
+            if stage not in todo or (stage, keys[stage]) in index:
+                continue
+            parent = PARENT.get(stage)
+            while parent is not None and parent not in todo:
+                parent = PARENT.get(parent)
+            deps = (index[(parent, keys[parent])],) if parent else ()
+            work = stage_work(point, stage, keys[stage])
+            m_s, b_s, basis = cost_of(work, by_stage[stage])
+            index[(stage, keys[stage])] = len(tasks)
+            tasks.append(StageCost(stage=stage, key=keys[stage], seconds=m_s + b_s,
+                                   measured_s=m_s, builtin_s=b_s, basis=basis, deps=deps,
+                                   point=point.describe()))
+
+    computed = Counter(t.stage for t in tasks)
+    stored = Counter(stage for stage, _ in cached)
+    seconds: defaultdict[str, float] = defaultdict(float)
+    measured_s: defaultdict[str, float] = defaultdict(float)
+    for t in tasks:
+        seconds[t.stage] += t.seconds
+        measured_s[t.stage] += t.measured_s
+    summaries = tuple(StageSummary(s, computed[s], stored[s], seconds[s], measured_s[s])
+                      for s in STAGE_ORDER if computed[s] or stored[s])
+    graph = [Task(f"{t.stage} {t.key}", t.seconds, t.deps) for t in tasks]
+    return Estimate(sweep=config.name, points=len(points), runnable=runnable,
+                    skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),
+                    serial=simulate(graph, 1), parallel=simulate(graph, workers),
+                    samples=len(record.measured))
