@@ -98,10 +98,12 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from dlas.runner.cache import Cache
-    from dlas.runner.stages import stage_keys
+    from dlas.stages import stage_keys
     from dlas.sweep.grid import expand
 
     config = load_config(args.config)
+    if args.estimate or args.workers is not None:
+        return _plan_estimate(args, config)
     excluded: list = []
     points = expand(config, excluded)
     ws = _workspace(args)
@@ -131,11 +133,46 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - SweepConfig
+    """`dlas plan --estimate`: the sweep's expected wall time (dlas/estimate/)."""
+    from dlas.estimate import estimate_sweep
+    from dlas.estimate.render import as_json, print_estimate
+
+    workers = 1 if args.workers is None else args.workers
+    if workers < 1:
+        raise UsageError(f"--workers {workers}: give the number of worker machines, 1 or "
+                         "more (e.g. --workers 8)")
+    ws = _workspace(args)
+    estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers)
+    if args.json:
+        print(json.dumps(as_json(estimate), indent=1))
+    else:
+        print_estimate(estimate, console)
+    return 0
+
+
+def _print_run_estimate(config, workspace) -> None:  # noqa: ANN001 - lazy-imported types
+    """One line before a run: how long it should take here (`dlas plan --estimate` has
+    the breakdown). Never stops a run: an estimate that fails is left out."""
+    try:
+        from dlas.estimate import estimate_sweep
+        from dlas.estimate.render import duration
+
+        est = estimate_sweep(config, workspace.cache_dir, workspace.db_path)
+    except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
+        return
+    if est.tasks:
+        console.print(f"estimated {duration(est.total_s)} on this machine ({len(est.tasks)} "
+                      "stages to compute; dlas plan --estimate for the breakdown)",
+                      markup=False)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from dlas.runner.runner import Runner
 
     config = load_config(args.config)
     runner = Runner(_workspace(args), progress=not args.no_progress)
+    _print_run_estimate(config, runner.workspace)
     if args.remeasure_noisy:
         from dlas.runner.remeasure import forget_noisy_timings
 
@@ -238,6 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="print a sweep's grid and what is already cached")
     p.add_argument("config")
     workspace_args(p)
+    p.add_argument("--estimate", action="store_true",
+                   help="print the expected wall time per stage and in total instead of "
+                        "the grid (from this workspace's measured stage costs, else a "
+                        "built-in cost model)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="also estimate the wall time on N worker machines (implies "
+                        "--estimate)")
+    p.add_argument("--json", action="store_true", help="with --estimate: print it as JSON")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("run", help="run a sweep (cached, resumable)")
