@@ -1,0 +1,169 @@
+"""`dlas plan --estimate`: measured costs rescaled, cached entries free, shared entries
+once, N-worker bounds, the CLI. Pure: caches are fabricated, nothing is trained or built."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dlas.cli import main
+from dlas.estimate import estimate_sweep
+from dlas.estimate.costmodel import components
+from dlas.estimate.render import duration
+from dlas.estimate.schedule import Task, simulate
+from dlas.estimate.work import stage_work
+from dlas.results.store import ResultStore
+from dlas.runner.stages import stage_keys
+from dlas.sweep.config import parse_config
+from dlas.sweep.grid import Point, expand
+from tests.conftest import tiny_sweep
+
+
+def _config(name: str = "est", epochs: int = 1, algorithms: tuple[str, ...] = ("direct",
+                                                                               "gemm")):
+    text = tiny_sweep(name, algorithms=list(algorithms)).replace("epochs: 1\n",
+                                                                 f"epochs: {epochs}\n", 1)
+    return parse_config(text)
+
+
+def _store(ws: Path, point: Point, stage: str, seconds: float, **facts: object) -> None:
+    """A computed cache entry of `point`'s `stage`, and the result row that says what it was."""
+    key = dict(stage_keys(point).items())[stage]
+    entry = ws / "cache" / stage / key
+    entry.mkdir(parents=True, exist_ok=True)
+    (entry / "meta.json").write_text(json.dumps({"stage": stage, "key": key,
+                                                 "seconds": seconds, **facts}))
+    with ResultStore(ws / "results.db") as store:
+        store.upsert({"point_key": point.key, "sweep": "earlier", "status": "ok", "config": {
+            "choices": {layer: c.identity() for layer, c in point.choices.items()},
+            "budgets": point.budgets.model_dump(mode="json")}})
+
+
+def _estimate(ws: Path, config, workers: int = 1):  # noqa: ANN001, ANN202
+    return estimate_sweep(config, ws / "cache", ws / "results.db", workers=workers)
+
+
+def _counts(est) -> dict[str, tuple[int, int]]:  # noqa: ANN001
+    return {s.stage: (s.compute, s.cached) for s in est.stages}
+
+
+def test_empty_workspace_uses_the_builtin_model_and_counts_shared_stages_once(
+        tmp_path: Path) -> None:
+    est = _estimate(tmp_path, _config())
+    # two algorithms share one trained, compressed, imported model
+    assert _counts(est) == {"data": (1, 0), "train": (1, 0), "compress": (1, 0),
+                            "import": (1, 0), "compile": (2, 0), "measure": (2, 0)}
+    assert est.measured_s == 0 and est.total_s > 0
+    assert est.builtin_s == pytest.approx(est.total_s)
+    assert est.total_s == pytest.approx(sum(s.seconds for s in est.stages))
+
+
+def test_cached_entries_cost_nothing(tmp_path: Path) -> None:
+    config = _config()
+    point = expand(config)[0]
+    _store(tmp_path, point, "train", 50.0, macs=1000)
+    est = _estimate(tmp_path, config)
+    assert _counts(est)["train"] == (0, 1)
+    assert all(t.stage != "train" for t in est.tasks)
+    compress = next(t for t in est.tasks if t.stage == "compress")
+    assert [est.tasks[d].stage for d in compress.deps] == ["data"]  # waits on data only
+
+
+def test_measured_costs_are_used_and_rescaled(tmp_path: Path) -> None:
+    first = expand(_config("first", epochs=1))[0]
+    _store(tmp_path, first, "train", 40.0)
+    _store(tmp_path, first, "compile", 9.0, tuning_s=0.0, tuning=None)
+    est = _estimate(tmp_path, _config("second", epochs=3))  # other keys, same options
+    train = next(t for t in est.tasks if t.stage == "train")
+    second = expand(_config("second", epochs=3))[0]
+    ratio = (components(stage_work(second, "train", "k"))["train"]
+             / components(stage_work(first, "train", "k"))["train"])
+    assert ratio > 1  # three times the epochs
+    assert train.seconds == pytest.approx(40.0 * ratio) and train.builtin_s == 0
+    assert "measured" in train.basis
+    # the compile of `direct` is measured (same algorithm); `gemm`'s is not
+    compiles = {t.point.split(" / ")[3]: t for t in est.tasks if t.stage == "compile"}
+    assert compiles["direct"].builtin_s == 0 and compiles["direct"].measured_s > 0
+    assert compiles["gemm"].measured_s == 0 and compiles["gemm"].builtin_s > 0
+    assert 0 < est.measured_s < est.total_s
+
+
+def test_compile_parts_rescale_apart(tmp_path: Path) -> None:
+    """A measured untuned compile says nothing about tuning: that part stays built-in."""
+    base = expand(_config("a", algorithms=("direct",)))[0]
+    _store(tmp_path, base, "compile", 6.0, tuning_s=0.0, tuning=None)
+    tuned = parse_config(tiny_sweep("b").replace("tuning: [none]",
+                                                 "tuning: [{name: metaschedule, params: "
+                                                 "{trials: 40}}]"))
+    est = _estimate(tmp_path, tuned)
+    compile_ = next(t for t in est.tasks if t.stage == "compile")
+    assert compile_.measured_s == pytest.approx(6.0)  # same algorithm and model: x1
+    assert compile_.builtin_s == pytest.approx(components(stage_work(
+        expand(tuned)[0], "compile", "k"))["tuning"])
+
+
+def test_failed_points_are_skipped_like_the_runner_does(tmp_path: Path) -> None:
+    config = _config(algorithms=("direct",))
+    point = expand(config)[0]
+    with ResultStore(tmp_path / "results.db") as store:
+        store.upsert({"point_key": point.key, "sweep": "est", "status": "failed"})
+    est = _estimate(tmp_path, config)
+    assert est.skipped_failed == 1 and est.runnable == 0 and not est.tasks
+
+
+def test_schedule_bounds() -> None:
+    # a root feeding two chains and a lone task
+    tasks = [Task("a", 2.0), Task("b", 5.0, (0,)), Task("c", 1.0, (1,)), Task("d", 3.0, (0,)),
+             Task("e", 4.0)]
+    serial = sum(t.seconds for t in tasks)
+    one = simulate(tasks, 1)
+    assert one.makespan_s == pytest.approx(serial)
+    assert one.critical_path_s == pytest.approx(8.0) and one.critical_path == (0, 1, 2)
+    for n in (2, 3, 8):
+        result = simulate(tasks, n)
+        assert one.critical_path_s - 1e-9 <= result.makespan_s <= serial + 1e-9
+    assert simulate(tasks, 8).makespan_s == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        simulate(tasks, 0)
+
+
+def test_n_workers_between_critical_path_and_serial(tmp_path: Path) -> None:
+    est = _estimate(tmp_path, _config(algorithms=("direct", "gemm", "spatial_pack")), 4)
+    eps = 1e-9 * est.total_s
+    assert est.parallel.critical_path_s - eps <= est.parallel.makespan_s <= est.total_s + eps
+    assert est.serial.makespan_s == pytest.approx(est.total_s)
+
+
+def test_duration_is_human() -> None:
+    assert duration(5) == "5.0 s" and duration(42) == "42 s"
+    assert duration(600) == "10.0 min" and duration(7200) == "2.0 h"
+    assert duration(10 * 86400) == "10.0 d"
+    assert "months" in duration(90 * 86400)
+
+
+def test_cli_plan_estimate(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep("cli-est", algorithms=["direct", "gemm"]))
+    ws = ["--workspace", str(tmp_path / "ws")]
+    assert main(["plan", str(config), "--estimate", "--workers", "2", *ws]) == 0
+    out = capsys.readouterr().out
+    for row in ("train", "compile", "measure", "total", "on 2 workers", "critical path"):
+        assert row in out, row
+    assert main(["plan", str(config), "--workers", "3", "--json", *ws]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["parallel"]["workers"] == 3 and data["total_s"] > 0
+
+
+@pytest.mark.parametrize("workers", ["0", "-2"])
+def test_cli_bad_workers_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                workers: str) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep("bad"))
+    argv = ["plan", str(config), "--estimate", "--workers", workers,
+            "--workspace", str(tmp_path / "ws")]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert f"--workers {workers}" in captured.out + captured.err
+    assert "Traceback" not in captured.out + captured.err
