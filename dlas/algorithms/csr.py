@@ -45,11 +45,6 @@ def csr_to_dense(arrays: dict[str, np.ndarray], shape: tuple[int, ...]) -> np.nd
     return matrix.reshape(shape)
 
 
-def stored_density(arrays: dict[str, np.ndarray], shape: tuple[int, ...]) -> float:
-    """Stored entries over dense entries: what a CSR kernel actually multiplies."""
-    return float(len(arrays[DATA])) / float(np.prod(shape))
-
-
 class CSRFormat:
     """Mixin of the CSR algorithms: weights become CSR constants at compile time.
 

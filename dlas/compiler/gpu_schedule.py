@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 _COMPILE_MODE = "TVM_CUDA_COMPILE_MODE"
 
 
-def is_gpu(target: Target) -> bool:
-    return "gpu" in [str(k) for k in target.keys]
-
-
 def max_threads(target: Target) -> int:
     for name in ("max_threads_per_block", "max_num_threads"):
         value = target.attrs.get(name)

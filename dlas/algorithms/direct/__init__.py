@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
-from ..base import RAW_WEIGHT, SUPPORTED_DTYPES, ConvAlgorithm, ConvSpec
+from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
 from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr
 from .schedule import schedule_direct, schedule_direct_csr
@@ -51,5 +51,4 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
         return schedule_direct_csr(sch, block, spec)
 
 
-__all__ = ["SUPPORTED_DTYPES", "DirectCSRConv", "DirectConv", "conv2d_nchw_direct",
-           "schedule_direct"]
+__all__ = ["DirectCSRConv", "DirectConv"]

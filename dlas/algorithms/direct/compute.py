@@ -15,12 +15,10 @@ from tvm import te, tirx
 from tvm.script import tirx as T
 
 from ..base import ConvSpec
-from ..common import PAD_NAME, extern_stage, in_channel, pad_nchw, widen
+from ..common import extern_stage, in_channel, pad_nchw, widen
 
 #: Name of the conv output stage.
 CONV_NAME = "conv2d_nchw_direct"
-
-__all__ = ["CONV_NAME", "PAD_NAME", "conv2d_nchw_direct", "conv2d_nchw_direct_csr", "pad_nchw"]
 
 
 def conv2d_nchw_direct(data: te.Tensor, weight: te.Tensor, spec: ConvSpec) -> te.Tensor:

@@ -10,7 +10,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvAlgorithm, ConvSpec
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr, im2col
+from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr
 from .schedule import schedule_gemm, schedule_gemm_csr
 
 
@@ -52,4 +52,4 @@ class GemmCSRConv(CSRFormat, ConvAlgorithm):
         return schedule_gemm_csr(sch, block, spec)
 
 
-__all__ = ["GemmCSRConv", "GemmConv", "im2col"]
+__all__ = ["GemmCSRConv", "GemmConv"]

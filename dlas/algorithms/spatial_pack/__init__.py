@@ -16,7 +16,6 @@ from .compute import (
     conv2d_nchw_spatial_pack,
     conv2d_nchw_spatial_pack_csr,
     pack_kernel,
-    tiles_for,
 )
 from .schedule import schedule_spatial_pack, schedule_spatial_pack_csr
 
@@ -77,4 +76,4 @@ class SpatialPackCSRConv(CSRFormat, ConvAlgorithm):
         return schedule_spatial_pack_csr(sch, block, spec)
 
 
-__all__ = ["SpatialPackCSRConv", "SpatialPackConv", "pack_kernel", "tiles_for"]
+__all__ = ["SpatialPackCSRConv", "SpatialPackConv"]
