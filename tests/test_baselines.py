@@ -15,8 +15,9 @@ from dlas.report.data import point_from_row
 from dlas.report.tables import baseline_comparison, speed_cells
 from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
-from dlas.runner.runner import QUANTIZED_ONNX, Runner, RunReport, Workspace
-from dlas.runner.stages import stage_keys
+from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.stages import stage_keys
+from dlas.stages.compress import QUANTIZED_ONNX
 from dlas.sweep.config import parse_config
 from dlas.sweep.grid import BASELINE_TAG, expand
 from dlas.targets.base import TargetSpec

@@ -13,7 +13,7 @@ import pytest
 
 from dlas.results.store import ResultStore, latency_columns
 from dlas.runner.runner import Runner, RunReport, Workspace
-from dlas.runner.stages import stage_keys
+from dlas.stages import stage_keys
 from dlas.sweep.config import Budgets, parse_config
 from dlas.sweep.grid import UNKEYED_BUDGETS, digest, expand
 from dlas.tuning.baselines.base import time_peer

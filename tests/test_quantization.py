@@ -218,7 +218,7 @@ def force_cpu(monkeypatch: pytest.MonkeyPatch, cpu: dict) -> None:
 
 
 def test_int8_compress_key_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlas.runner.stages import stage_keys
+    from dlas.stages import stage_keys
     from dlas.sweep.grid import expand
 
     def keys() -> dict[str, str]:
@@ -444,7 +444,7 @@ def test_int8_point_verifies_on_cpus_with_and_without_vnni(
 
 
 def test_convs_outside_the_deployed_precision_are_reported() -> None:
-    from dlas.runner.runner import precision_fallbacks
+    from dlas.stages.import_model import precision_fallbacks
 
     dtypes = [INT8, ("float32", "float32", "float32"), ("uint8", "int8", "int32")]
     (note,) = precision_fallbacks(dtypes, "int8")

@@ -16,7 +16,7 @@ from collections import Counter
 #: Suffixes that tell the kinds apart (kept as the stored rows already have them).
 COMPUTED_WITH = "; computed with "
 DEFAULT_LOWERING = "; default TVM lowering"
-#: What `dlas.runner.runner.precision_fallbacks` writes before the dtype a conv runs in.
+#: What `dlas.stages.import_model.precision_fallbacks` writes before the dtype a conv runs in.
 RUNS_IN = "; runs in "
 
 

@@ -162,6 +162,8 @@ class Point:
     environment: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: Measured in a baseline runtime (PyTorch, ONNX Runtime), not a TVM variant.
     baseline: bool = False
+    #: Weights in a sparse (CSR) format.
+    sparse: bool = False
     latency_cv: float | None = None
     noisy: bool = False
     #: Quartiles of the timing samples (from the raw samples where the row has them):
@@ -228,7 +230,10 @@ def quartiles(row: dict[str, Any]) -> tuple[float | None, float | None]:
 def point_from_row(row: dict[str, Any]) -> Point:
     choices = (row.get("config") or {}).get("choices") or {}
     target = option_name(row, "targets", "target") or "?"
-    device = device_kind(target, (choices.get("targets") or {}).get("params"))
+    # rows written since the runner records these facts carry them; older rows get them
+    # from the option names
+    device = row.get("device_kind") or device_kind(
+        target, (choices.get("targets") or {}).get("params"))
     compression = option_name(row, "compression", "compression") or "?"
     info = row.get("compression_info") if isinstance(row.get("compression_info"), dict) else {}
     ratio = row.get("compression_ratio")
@@ -275,7 +280,9 @@ def point_from_row(row: dict[str, Any]) -> Point:
         chosen_level=_float(chosen) if isinstance(chosen, (int, float)) else None,
         updated_at=float(row.get("updated_at") or 0.0),
         environment=row.get("environment") or {},
-        baseline=is_baseline_row(row),
+        baseline=(row["backend"] != "tvm") if row.get("backend") else is_baseline_row(row),
+        sparse=(row["weight_format"] == "csr") if row.get("weight_format") else
+        is_sparse_format(option_name(row, "algorithms", "algorithm") or ""),
         latency_cv=_float(row.get("latency_cv")),
         noisy=bool(row.get("noisy")),
         latency_q1_ms=q1,

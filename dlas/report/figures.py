@@ -173,6 +173,8 @@ class Bar:
     q1_ms: float | None
     q3_ms: float | None
     noisy: bool
+    #: CSR weights (hatched).
+    sparse: bool = False
 
     @property
     def iqr_ms(self) -> float | None:
@@ -227,7 +229,8 @@ def inference_panels(points: Iterable[Point], dataset: str, device: str) -> Infe
                         row=r, col=c, x=x + (i - (len(algs) - 1) / 2) * width,
                         group=group.label, model=model, compression=comp, algorithm=alg,
                         family=p.family, median_ms=float(p.latency_ms or 0.0),
-                        q1_ms=p.latency_q1_ms, q3_ms=p.latency_q3_ms, noisy=p.noisy))
+                        q1_ms=p.latency_q1_ms, q3_ms=p.latency_q3_ms, noisy=p.noisy,
+                        sparse=p.sparse))
     return InferencePanels(list(cells_by_group), models, compressions, bars, width)
 
 
@@ -280,7 +283,7 @@ def inference_figure(points: Iterable[Point], dataset: str, device: str, path: P
     legend: dict[str, Patch] = {}
     for bar in panels.bars:
         below, above = bar.whisker()
-        hatch = "//" if is_sparse_format(bar.algorithm) else None
+        hatch = "//" if bar.sparse else None
         axes[bar.row][bar.col].bar(
             bar.x, bar.median_ms, width=panels.width, color=_family_color(bar.family),
             hatch=hatch, edgecolor="red" if bar.noisy else "black",

@@ -34,6 +34,12 @@ COLUMNS: dict[str, str] = {
     "algorithm": "TEXT",
     "tuning": "TEXT",
     "target": "TEXT",
+    #: What ran the point: 'tvm', or a baseline runtime ('pytorch', 'onnxruntime').
+    "backend": "TEXT",
+    #: The kind of device it ran on: 'cpu' or 'gpu'.
+    "device_kind": "TEXT",
+    #: The weights' format: 'dense' or 'csr'.
+    "weight_format": "TEXT",
     "accuracy": "REAL",
     #: 'pytorch' (float32: PyTorch computes what TVM runs) or 'tvm' (float16/int8: measured
     #: on the compiled module), or a baseline's runtime ('pytorch', 'onnxruntime') for its

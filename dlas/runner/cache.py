@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +74,19 @@ class Cache:
         scratch = final.parent / f"{key}.partial"
         if scratch.exists():
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def clean_stale(self, is_claimed: Callable[[str, str], bool]) -> int:
+        """Remove the half-written `.tmp-*` folders (and `.discard-*` leftovers) that
+        killed processes left behind; a `.tmp-*` whose entry is still claimed by a live
+        process is that process's work in progress and stays. Returns how many went."""
+        removed = 0
+        for stage_dir in (p for p in self.root.iterdir() if p.is_dir()):
+            for leftover in stage_dir.glob(".tmp-*"):
+                key = leftover.name[len(".tmp-"):].rsplit("-", 1)[0]
+                if not is_claimed(stage_dir.name, key):
+                    shutil.rmtree(leftover, ignore_errors=True)
+                    removed += 1
+            for leftover in stage_dir.glob(".discard-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+                removed += 1
+        return removed

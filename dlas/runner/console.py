@@ -130,6 +130,9 @@ class RunConsole:
             self.out.print(f"    {name:<9} loaded in {seconds:.1f}s")
         elif state == "reused":
             self.out.print(f"    {name:<9} [cyan]reused[/] from cache")
+        elif state == "shared":
+            self.out.print(f"    {name:<9} [cyan]reused[/]: computed meanwhile by another "
+                           "dlas process on this workspace")
 
     def point_end(self, row: dict[str, Any]) -> None:
         status = row["status"]
@@ -196,7 +199,7 @@ class RunConsole:
         stages = Table(title="stages", title_justify="left")
         for col in ("stage", "computed", "reused", "compute time (s)"):
             stages.add_column(col, justify="right" if col != "stage" else "left")
-        from dlas.runner.stages import STAGES
+        from dlas.stages import STAGES
 
         for s in STAGES:
             stages.add_row(s, str(report.computed[s]), str(report.reused[s]),

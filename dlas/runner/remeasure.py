@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
-from dlas.runner.stages import stage_keys
+from dlas.stages import stage_keys
 from dlas.sweep.config import SweepConfig
 from dlas.sweep.grid import Point, expand
 

@@ -1,0 +1,128 @@
+"""The result row of a point, from its stages' facts: one path for TVM variants and
+baselines.
+
+Facts known before anything runs are written up front (what ran it, on what kind of
+device, with which weight format), so the report never has to guess them from names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dlas.results.environment import capture_environment
+from dlas.results.store import latency_columns
+from dlas.stages.facts import CompileFacts, CompressFacts, ImportFacts, MeasureFacts, TrainFacts
+from dlas.sweep.grid import Point
+
+_LAYER_COLUMNS = {"dataset": "datasets", "model": "models", "compression": "compression",
+                  "algorithm": "algorithms", "tuning": "tuning", "target": "targets"}
+
+#: Algorithm-option tag of a sparse (CSR) weight format.
+CSR_TAG = "csr"
+
+
+def point_facts(point: Point) -> dict[str, Any]:
+    """What ran the point (`backend`: tvm, or the baseline runtime), on which kind of
+    device (`device_kind`: cpu or gpu) and with which weights (`weight_format`)."""
+    from dlas.targets.resolve import resolve_target
+
+    try:
+        device = resolve_target(point).device
+    except Exception:  # noqa: BLE001 - a target that cannot resolve: its row says why
+        device = None
+    return {
+        "backend": point.tuning.name if point.is_baseline else "tvm",
+        "device_kind": None if device is None else ("cpu" if device == "cpu" else "gpu"),
+        "weight_format": "csr" if (CSR_TAG in point.algorithms.tags
+                                   and not point.is_baseline) else "dense",
+    }
+
+
+def new_row(point: Point, sweep: str) -> dict[str, Any]:
+    """The columns every row has, before any stage ran."""
+    return {
+        "point_key": point.key, "sweep": sweep,
+        **{col: point.labels()[layer] for col, layer in _LAYER_COLUMNS.items()},
+        "config": {
+            "choices": {layer: c.identity() for layer, c in point.choices.items()},
+            "budgets": point.budgets.model_dump(mode="json"),
+        },
+        "environment": capture_environment(),
+        "measure_repeat": point.budgets.measure_repeat,
+        **point_facts(point),
+    }
+
+
+def compile_columns(compiled: CompileFacts) -> dict[str, Any]:
+    """Compile and tuning time, and what tuning did: trials measured, tasks tuned vs
+    reused from the target's database, and the per-task report."""
+    columns: dict[str, Any] = {"compile_s": compiled.compile_s, "tuning_s": compiled.tuning_s,
+                               "compile_phases": compiled.phases}
+    tuning = compiled.tuning
+    if tuning:
+        columns.update(tuning_trials=tuning["trials"], tasks_tuned=tuning["tuned"],
+                       tasks_reused=tuning["reused"], tuning_report=tuning)
+    return columns
+
+
+def measured_columns(compressed: CompressFacts, trained: TrainFacts,
+                     measured: MeasureFacts, runtime: str) -> dict[str, Any]:
+    """The columns every measured point has, TVM variant or baseline: the model's facts,
+    its accuracy and the verification of what `runtime` computed.
+
+    float32: PyTorch computes what the runtime does (verified), so its accuracy stands;
+    reduced precision: only the deployed runtime computes that function, so the accuracy
+    is the one measured there.
+    """
+    precision = compressed.precision
+    accuracy, source = compressed.accuracy, "pytorch"
+    if precision != "float32":
+        accuracy, source = measured.accuracy, runtime
+    verification = measured.verification or {}
+    fp32 = measured.fp32_agreement
+    info = compressed.info
+    ratio = info.get("compression_ratio")
+    return dict(
+        accuracy=accuracy,
+        accuracy_source=source if accuracy is not None else None,
+        ort_accuracy=compressed.ort_accuracy,
+        dense_accuracy=trained.accuracy,
+        precision=precision,
+        compression_ratio=None if ratio is None else float(ratio),
+        params=compressed.params, nonzero_params=compressed.nonzero_params,
+        macs=compressed.macs, sparsity=compressed.sparsity,
+        size_bytes=compressed.size_bytes,
+        train_history=trained.history,
+        compression_info=info,
+        threads=measured.threads,
+        runtime_info=measured.runtime_info,
+        verified=int(bool(verification.get("passed"))),
+        verification_reference=verification.get("reference", "pytorch"),
+        max_abs_diff=verification.get("max_abs_diff"),
+        top1_agreement=verification.get("top1_agreement"),
+        fp32_max_abs_diff=fp32.max_abs_diff if fp32 else None,
+        fp32_top1_agreement=fp32.top1_agreement if fp32 else None,
+    )
+
+
+def finish_row(row: dict[str, Any], point: Point, trained: TrainFacts,
+               compressed: CompressFacts, imported: ImportFacts,
+               compiled: CompileFacts | None, measured: MeasureFacts) -> dict[str, Any]:
+    """Fill a row from a point's facts; `compiled` is None for a baseline point."""
+    stage = "baseline" if compiled is None else "measure"
+    if measured.not_runnable is not None:
+        row.update(status="not_runnable", error_stage=stage,
+                   error=f"tuning '{point.tuning.name}': {measured.not_runnable}")
+        return row
+    row.update(measured_columns(compressed, trained, measured,
+                                "tvm" if compiled is not None else point.tuning.name))
+    if compiled is not None:
+        row.update(compile_columns(compiled),
+                   conv_fallbacks=imported.precision_fallbacks + compiled.fallbacks)
+    if not measured.passed:
+        row.update(status="verification_failed", error_stage=stage, error=measured.error)
+        return row
+    row.update(status="ok", **latency_columns(measured.samples_ms or [],
+                                              point.budgets.cv_threshold,
+                                              measured.noise))
+    return row

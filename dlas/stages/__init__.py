@@ -1,0 +1,31 @@
+"""The stage graph of a sweep point, as declared objects (`dlas.stages.base.Stage`).
+
+    data -> train -> compress -> import -> compile -> measure
+                                       \\-> baseline            (a baseline point)
+
+One module per stage says what it reads, what its key hashes and what it produces (a typed
+output, `dlas.stages.outputs`, with typed facts, `dlas.stages.facts`). Keys hash exactly
+the inputs a stage's output depends on, so points sharing a prefix share its entries: one
+trained model feeds every compression, one compressed model every algorithm and target.
+`dlas.runner.executor` runs the graph.
+"""
+
+from __future__ import annotations
+
+from dlas.stages.base import Stage
+from dlas.stages.baseline import BASELINE
+from dlas.stages.compile import COMPILE
+from dlas.stages.compress import COMPRESS
+from dlas.stages.data import DATA
+from dlas.stages.import_model import IMPORT
+from dlas.stages.keys import StageKeys, stage_keys
+from dlas.stages.measure import MEASURE
+from dlas.stages.train import TRAIN
+
+#: Every stage, in graph order.
+ALL: tuple[Stage, ...] = (DATA, TRAIN, COMPRESS, IMPORT, COMPILE, MEASURE, BASELINE)
+BY_NAME: dict[str, Stage] = {stage.name: stage for stage in ALL}
+STAGES: tuple[str, ...] = tuple(BY_NAME)
+
+__all__ = ["ALL", "BASELINE", "BY_NAME", "COMPILE", "COMPRESS", "DATA", "IMPORT", "MEASURE",
+           "STAGES", "TRAIN", "Stage", "StageKeys", "stage_keys"]
