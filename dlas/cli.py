@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -171,7 +172,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     from dlas.runner.runner import Runner
 
     config = load_config(args.config)
-    runner = Runner(_workspace(args), progress=not args.no_progress)
+    workspace = _workspace(args)
+    if args.ray_address and args.executor != "ray":
+        raise UsageError(f"--ray-address {args.ray_address}: only with --executor ray")
+    if args.executor == "ray":
+        from dlas.runner.ray_executor import RayRunner, ray_available
+
+        if not ray_available():
+            raise UsageError("--executor ray: Ray is not installed in this environment; "
+                             "run scripts/setup.sh (it installs the pinned ray)")
+        runner: Any = RayRunner(workspace, address=args.ray_address,
+                                progress=not args.no_progress)
+    else:
+        runner = Runner(workspace, progress=not args.no_progress)
     _print_run_estimate(config, runner.workspace)
     if args.remeasure_noisy:
         from dlas.runner.remeasure import forget_noisy_timings
@@ -295,6 +308,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time again the points whose stored timing is flagged noisy (busy "
                         "machine or dispersed samples), reusing their compiled modules")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: this process (default); ray: stages as tasks on a Ray "
+                        "cluster (docs/cluster.md)")
+    p.add_argument("--ray-address", metavar="ADDRESS",
+                   help="with --executor ray: the cluster to join (e.g. 10.0.0.1:6379, or "
+                        "'auto'); default: start a local Ray instance")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("results", help="print results, optionally export CSV")

@@ -65,6 +65,19 @@ class Workspace:
         return self.root / "results.db"
 
 
+def previous_failure(previous: dict[str, Any] | None, retry_failed: bool) -> str | None:
+    """What a run does with a point given its stored row: "skip" a point that failed
+    before (unless retrying failed ones), "done" for a point that did not fail when only
+    failed ones are retried, else None (run it)."""
+    was_failed = previous is not None and previous["status"] in (
+        "failed", "verification_failed")
+    if retry_failed and not was_failed:
+        return "done"
+    if was_failed and not retry_failed:
+        return "skip"
+    return None
+
+
 class Runner:
     """The local executor: one process, points in sweep order."""
 
@@ -133,11 +146,10 @@ class Runner:
             try:
                 for i, point in enumerate(points, 1):
                     previous = store.get(point.key)
-                    was_failed = previous is not None and previous["status"] in (
-                        "failed", "verification_failed")
-                    if retry_failed and not was_failed:
+                    skip = previous_failure(previous, retry_failed)
+                    if skip == "done":
                         continue
-                    if was_failed and not retry_failed:
+                    if skip == "skip":
                         report.skipped_failed += 1
                         self.console.point_skipped(i, len(points), point, previous)
                         report.rows.append(previous)

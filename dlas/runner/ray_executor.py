@@ -1,0 +1,363 @@
+"""Run a sweep across a Ray cluster (`dlas run CONFIG --executor ray [--ray-address A]`).
+
+The driver expands the sweep, finds the stage entries the cache lacks, and submits each
+missing entry once as a Ray task, as soon as the entry it depends on exists; a task runs
+the same stage code as the local executor (`dlas.runner.executor`) on a worker. Points
+sharing a prefix share its tasks: one training feeds every compression.
+
+- Resources: each task asks for its stage's CPUs (`Stage.resources`); a timing (measure,
+  baseline, and a compile that tunes) asks for a whole node's CPUs, and on the node the
+  machine lock (`dlas.runner.machine`) keeps anything else from running beside it.
+- Storage: the workspace's cache must be one shared path on every node (NFS or the like);
+  workers write entries there under claims (`dlas.runner.claims`), so several drivers and
+  local runs on the same workspace still compute each entry once. Only the driver writes
+  the SQLite results.
+- Failures: a stage that raises is a failed point (recorded, the sweep goes on); a worker
+  or node lost mid-stage has its task retried by Ray (`max_retries`), and its claim dies
+  with it. Ctrl-C cancels the running tasks; what finished is cached, and the same
+  command resumes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlas import registry
+from dlas.results.store import ResultStore
+from dlas.runner.cache import Cache
+from dlas.runner.claims import Claims
+from dlas.runner.console import RunConsole
+from dlas.runner.executor import StageExecutor, StageFailed, StageTally
+from dlas.runner.rows import compile_columns, finish_row, new_row
+from dlas.runner.runner import RunReport, Workspace, previous_failure
+from dlas.stages import BY_NAME, STAGES, stage_keys
+from dlas.stages.base import StageEnv, StoredStage
+from dlas.stages.keys import StageKeys
+from dlas.sweep.config import SweepConfig
+from dlas.sweep.grid import Point, expand
+from dlas.targets.resolve import resolve_target
+
+#: Times Ray re-runs a task whose worker or node died (a stage that raises is not retried:
+#: it is a result).
+MAX_RETRIES = 3
+#: Environment variables the driver passes to its workers (lock folder, thread count).
+PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
+
+
+def ray_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@dataclass(frozen=True)
+class Node:
+    """One stage entry the sweep needs."""
+
+    stage: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.stage} {self.key[:10]}"
+
+
+@dataclass
+class StageOutcome:
+    """What a task reports back: the entry's facts, or why the stage failed."""
+
+    meta: dict[str, Any] | None = None
+    computed: bool = False
+    seconds: float = 0.0
+    host: str = ""
+    error_stage: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+
+
+class _WorkerConsole(RunConsole):
+    """A worker's console: what it computes and waits for (forwarded to the driver by
+    Ray), not the upstream entries it merely finds stored."""
+
+    def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
+        if state not in ("reused", "loaded"):
+            super().stage(name, state, key, seconds)
+
+
+def run_stage_task(point: Point, stage: str, keys: StageKeys, workspace_root: str,
+                   cache_dir: str) -> StageOutcome:
+    """A Ray task's body: ensure one entry on this worker (its upstream is stored)."""
+    registry.load_plugins()
+    local_keys = stage_keys(point)
+    if local_keys != keys:
+        differs = [s for (s, k), (_, d) in zip(local_keys.items(), keys.items(), strict=False)
+                   if k != d]
+        return StageOutcome(error_stage=stage, host=socket.gethostname(), error=(
+            f"this node ({socket.gethostname()}) gives the point other stage keys than the "
+            f"driver ({', '.join(differs)}): its target or machine differs (a 'host' target "
+            "resolves to each machine's CPU); use identical nodes, or name the target "
+            "explicitly"))
+    tally = StageTally()
+    cache = Cache(Path(cache_dir))
+    env = StageEnv(Path(workspace_root), _WorkerConsole(progress=False), progress=False)
+    from dlas.runner.machine import MachineLock
+
+    executor = StageExecutor(cache, env, tally, claims=Claims(cache.root),
+                             machine=MachineLock())
+    target = BY_NAME[stage]
+    assert isinstance(target, StoredStage)
+    try:
+        facts = executor.facts(point, keys, target)
+    except StageFailed as failure:
+        return StageOutcome(error_stage=failure.stage, host=socket.gethostname(),
+                            error=f"{type(failure.error).__name__}: {failure.error}",
+                            traceback=failure.tb)
+    return StageOutcome(meta=facts.to_meta(), computed=tally.computed[stage] > 0,
+                        seconds=tally.seconds[stage], host=socket.gethostname())
+
+
+@dataclass
+class _PointState:
+    index: int
+    point: Point
+    keys: StageKeys
+    nodes: list[Node]
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+class RayRunner:
+    """The Ray executor: the local executor's outcome, with stages spread over a cluster."""
+
+    def __init__(self, workspace: Workspace, *, address: str | None = None,
+                 progress: bool = True, console: RunConsole | None = None) -> None:
+        self.workspace = workspace
+        self.address = address
+        self.cache = Cache(workspace.cache_dir)
+        self.console = console or RunConsole(progress=progress)
+        self.report = RunReport()
+
+    # -- cluster --------------------------------------------------------------------
+
+    def _connect(self) -> bool:
+        """Connect to the cluster (or start a local Ray); True if this call started it."""
+        import ray
+
+        if ray.is_initialized():
+            return False
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        here = str(Path.cwd())
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+        ray.init(address=self.address, runtime_env={"env_vars": env},
+                 include_dashboard=False, logging_level="WARNING",
+                 configure_logging=True, log_to_driver=True)
+        return True
+
+    @staticmethod
+    def _node_cpus() -> float:
+        """CPUs a timing asks for: the smallest worker node's, so it holds a whole node."""
+        import ray
+
+        cpus = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+        cpus = [c for c in cpus if c > 0]
+        return min(cpus) if cpus else 1.0
+
+    # -- the sweep ------------------------------------------------------------------
+
+    def run(self, config: SweepConfig, *, fail_fast: bool = False,
+            retry_failed: bool = False) -> RunReport:
+        import ray
+
+        registry.load_plugins()
+        start = time.perf_counter()
+        points = expand(config)
+        self.report = report = RunReport(points=len(points))
+        started = self._connect()
+        removed = self.cache.clean_stale(Claims(self.cache.root).is_held)
+        if removed:
+            self.console.note(f"removed {removed} half-written cache folder(s) that "
+                              "interrupted runs left")
+        self.console.sweep_header(config, points, self.workspace)
+        resources = ray.cluster_resources()
+        self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
+                          f"{resources.get('CPU', 0):g} CPUs")
+        try:
+            with ResultStore(self.workspace.db_path) as store:
+                try:
+                    self._run(config, points, store, fail_fast, retry_failed)
+                except KeyboardInterrupt:
+                    report.interrupted = True
+                finally:
+                    report.wall_seconds = time.perf_counter() - start
+                    self.console.summary(report)
+        finally:
+            if started:
+                ray.shutdown()
+        return report
+
+    def _run(self, config: SweepConfig, points: list[Point], store: ResultStore,
+             fail_fast: bool, retry_failed: bool) -> None:
+        import ray
+
+        report = self.report
+        states: list[_PointState] = []
+        for i, point in enumerate(points, 1):
+            previous = store.get(point.key)
+            skip = previous_failure(previous, retry_failed)
+            if skip == "done":
+                continue
+            if skip == "skip":
+                report.skipped_failed += 1
+                self.console.point_skipped(i, len(points), point, previous)
+                report.rows.append(previous)
+                continue
+            row = new_row(point, config.name)
+            if point.blocked:
+                row.update(status="not_runnable", error=point.blocked)
+                self._record(store, row, _PointState(i, point, StageKeys(()), [], row))
+                continue
+            keys = stage_keys(point)
+            chain = [Node(s, k) for s, k in keys.items() if s != "data"]
+            if not point.is_baseline and resolve_target(point).unmeasurable:
+                chain = chain[:-1]  # compiled and cached; nothing here can run it
+            states.append(_PointState(i, point, keys, chain, row))
+
+        needed: dict[Node, _PointState] = {}  # each entry once, for its first point
+        parent: dict[Node, Node | None] = {}
+        for state in states:
+            for before, node in zip([None, *state.nodes], state.nodes, strict=False):
+                needed.setdefault(node, state)
+                parent[node] = before
+        outcome: dict[Node, StageOutcome] = {}
+        for node in needed:
+            if self.cache.has(node.stage, node.key):
+                outcome[node] = StageOutcome(meta=self.cache.meta(node.stage, node.key))
+                report.reused[node.stage] += 1
+
+        remote = ray.remote(run_stage_task)
+        timing_cpus = self._node_cpus()
+        running: dict[Any, Node] = {}
+        submitted: set[Node] = set()
+        pending_points = list(states)
+        stop = False
+        done_count, total = len(outcome), len(needed)
+        try:
+            while True:
+                if not stop:
+                    for node, state in needed.items():
+                        up = parent[node]
+                        if node in outcome or node in submitted:
+                            continue
+                        if up is not None and (up not in outcome or outcome[up].meta is None):
+                            continue
+                        stage = BY_NAME[node.stage]
+                        res = stage.resources_for(state.point)
+                        cpus = timing_cpus if res.exclusive else min(res.cpus, timing_cpus)
+                        ref = remote.options(num_cpus=cpus, max_retries=MAX_RETRIES,
+                                             name=f"dlas {node}").remote(
+                            state.point, node.stage, state.keys, str(self.workspace.root),
+                            str(self.workspace.cache_dir))
+                        running[ref] = node
+                        submitted.add(node)
+                self._propagate_failures(needed, parent, outcome)
+                for state in list(pending_points):
+                    if self._finish_point(state, outcome):
+                        pending_points.remove(state)
+                        row = state.row
+                        self._record(store, row, state)
+                        if fail_fast and row["status"] in ("failed", "verification_failed"):
+                            self.console.note("stopping: --fail-fast and a point failed")
+                            stop = True
+                if not running or (stop and not running):
+                    break
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    node = running.pop(ref)
+                    try:
+                        result: StageOutcome = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - retries spent, or cancelled
+                        result = StageOutcome(error_stage=node.stage,
+                                              error=f"{type(exc).__name__}: {exc}",
+                                              traceback=traceback.format_exc())
+                    outcome[node] = result
+                    done_count += 1
+                    self._tally(node, result, done_count, total)
+                if stop:
+                    for ref in running:
+                        ray.cancel(ref, force=True)
+                    running.clear()
+        except KeyboardInterrupt:
+            for ref in running:
+                ray.cancel(ref, force=True)
+            raise
+
+    def _tally(self, node: Node, result: StageOutcome, done: int, total: int) -> None:
+        report = self.report
+        where = f" on {result.host}" if result.host else ""
+        if result.meta is None:
+            self.console.note(f"  [{done}/{total}] {node} [red]failed[/]{where}: {result.error}")
+        elif result.computed:
+            report.computed[node.stage] += 1
+            report.seconds[node.stage] += result.seconds
+            self.console.note(f"  [{done}/{total}] {node} computed{where} in "
+                              f"{result.seconds:.1f}s")
+        else:
+            report.reused[node.stage] += 1
+            self.console.note(f"  [{done}/{total}] {node} reused{where}")
+
+    @staticmethod
+    def _propagate_failures(needed: dict[Node, _PointState], parent: dict[Node, Node | None],
+                            outcome: dict[Node, StageOutcome]) -> None:
+        """An entry whose upstream failed fails with it, never submitted."""
+        changed = True
+        while changed:
+            changed = False
+            for node in needed:
+                up = parent[node]
+                if node in outcome or up is None or up not in outcome:
+                    continue
+                if outcome[up].meta is None:
+                    outcome[node] = outcome[up]
+                    changed = True
+
+    def _finish_point(self, state: _PointState, outcome: dict[Node, StageOutcome]) -> bool:
+        """Fill the point's row once all its entries are known; False while some run."""
+        if not all(node in outcome for node in state.nodes):
+            return False
+        row, point = state.row, state.point
+        seconds: defaultdict[str, float] = defaultdict(float)
+        for node in state.nodes:
+            result = outcome[node]
+            if result.computed:
+                seconds[node.stage] += result.seconds
+        row["stage_seconds"] = {s: seconds[s] for s in STAGES}
+        failed = next((outcome[n] for n in state.nodes if outcome[n].meta is None), None)
+        if failed is not None:
+            row.update(status="failed", error_stage=failed.error_stage, error=failed.error,
+                       traceback=failed.traceback)
+            return True
+        facts = {n.stage: BY_NAME[n.stage].read_facts(outcome[n].meta)  # type: ignore[attr-defined]
+                 for n in state.nodes}
+        if "measure" not in facts and "baseline" not in facts:
+            row.update(status="not_runnable", error_stage="measure",
+                       error=resolve_target(point).unmeasurable,
+                       **compile_columns(facts["compile"]))
+            return True
+        finish_row(row, point, facts["train"], facts["compress"], facts["import"],
+                   facts.get("compile"), facts.get("measure") or facts["baseline"])
+        return True
+
+    def _record(self, store: ResultStore, row: dict[str, Any], state: _PointState) -> None:
+        report = self.report
+        self.console.point_start(state.index, report.points, state.point)
+        store.upsert(row)
+        report.rows.append(row)
+        status = row["status"]
+        setattr(report, status, getattr(report, status) + 1)
+        self.console.point_end(row)
+

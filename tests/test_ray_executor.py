@@ -1,0 +1,142 @@
+"""The Ray executor on a real multi-node Ray cluster on loopback (`ray.cluster_utils`):
+the local executor's outcome, and nothing lost when a node dies mid-sweep."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dlas.results.store import ResultStore
+from dlas.runner.runner import Runner, Workspace
+from dlas.sweep.config import parse_config
+from tests.conftest import tiny_sweep
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep_text() -> str:
+    text = tiny_sweep(compression=["none", "weight_pruning"], algorithms=["direct", "gemm"])
+    return text.replace("  - weight_pruning",
+                        "  - name: weight_pruning\n    params: {levels: [0.9], level: 0.9}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A head that runs nothing and two 2-CPU worker nodes, all on this machine; workers
+    import the test model from this checkout."""
+    locks = tmp_path_factory.mktemp("locks")
+    env = {"PYTHONPATH": str(ROOT), "DLAS_LOCK_DIR": str(locks)}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    workers = [c.add_node(num_cpus=2) for _ in range(2)]
+    c.wait_for_nodes()
+    ray.init(address=c.address, runtime_env={"env_vars": env}, include_dashboard=False,
+             logging_level="WARNING", log_to_driver=False)
+    try:
+        yield c, workers
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def ray_run(root: Path):
+    import tests.plugins.tiny_cnn  # noqa: F401 - the driver pickles points naming it
+    from dlas.runner.ray_executor import RayRunner
+
+    return RayRunner(Workspace(root), progress=False).run(parse_config(sweep_text()))
+
+
+def rows(root: Path) -> dict[str, dict]:
+    with ResultStore(root / "results.db") as store:
+        return {r["point_key"]: r for r in store.rows()}
+
+
+def entries(root: Path) -> set[tuple[str, str]]:
+    return {(p.parent.parent.name, p.parent.name) for p in (root / "cache").glob("*/*/meta.json")}
+
+
+def test_a_ray_sweep_gives_the_local_outcome(cluster, tmp_path: Path) -> None:
+    report = ray_run(tmp_path / "ray")
+    assert (report.ok, report.failed, report.points) == (4, 0, 4)
+    assert dict(report.computed) == {"train": 1, "compress": 2, "import": 2, "compile": 4,
+                                     "measure": 4}
+
+    local = Runner(Workspace(tmp_path / "local"), progress=False).run(
+        parse_config(sweep_text()))
+    assert local.ok == 4
+    got, want = rows(tmp_path / "ray"), rows(tmp_path / "local")
+    assert got.keys() == want.keys()  # same points
+    assert entries(tmp_path / "ray") == entries(tmp_path / "local")  # same stage keys
+    for key, row in got.items():
+        assert row["status"] == want[key]["status"] == "ok"
+        assert row["verified"] == want[key]["verified"] == 1
+        assert row["backend"] == "tvm" and row["weight_format"] == "dense"
+    for ref in (tmp_path / "ray" / "cache" / "import").glob("*/reference.npz"):
+        other = tmp_path / "local" / "cache" / "import" / ref.parent.name / "reference.npz"
+        with np.load(ref) as a, np.load(other) as b:  # same training, same function
+            np.testing.assert_allclose(a["outputs"], b["outputs"], rtol=1e-4, atol=1e-5)
+
+    again = ray_run(tmp_path / "ray")
+    assert again.ok == 4 and again.recomputed_nothing
+
+
+def _node_of(pid: int, nodes: list) -> object | None:
+    """The cluster node whose raylet started process `pid`."""
+    import psutil
+
+    try:
+        chain = {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.NoSuchProcess:
+        return None
+    for node in nodes:
+        raylet = node.all_processes.get("raylet")
+        if raylet and raylet[0].process.pid in chain:
+            return node
+    return None
+
+
+def test_a_node_killed_mid_sweep_loses_nothing(cluster, tmp_path: Path) -> None:
+    c, workers = cluster
+    root = tmp_path / "ws"
+    result: dict = {}
+    driver = threading.Thread(target=lambda: result.update(report=ray_run(root)))
+    driver.start()
+    killed = None
+    deadline = time.monotonic() + 300
+    while killed is None and time.monotonic() < deadline and driver.is_alive():
+        for claim in (root / "cache").glob("*/.claim-*"):  # a stage being computed
+            try:
+                pid = json.loads(claim.read_text())["pid"]
+            except (OSError, ValueError, KeyError):
+                continue
+            node = _node_of(pid, workers)
+            if node is not None:
+                c.remove_node(node, allow_graceful=False)
+                killed = claim.parent.name
+                break
+        time.sleep(0.2)
+    driver.join(timeout=900)
+    assert killed, "no stage was seen running on a worker node"
+    report = result["report"]
+    assert (report.ok, report.failed) == (4, 0), f"killed during {killed}"
+    assert not list((root / "cache").glob("*/.claim-*"))
+
+    rerun = Runner(Workspace(root), progress=False).run(parse_config(sweep_text()))
+    assert rerun.ok == 4 and rerun.recomputed_nothing
