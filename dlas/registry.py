@@ -117,6 +117,9 @@ def register(
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         source = _current_source or f"module {fn.__module__} (not an entry point)"
+        from dlas.contracts import check_option
+
+        check_option(layer, name, fn, params, list(constraints or []), key_facts, source)
         existing = _REGISTRY[layer].get(name)
         if existing is not None and existing.fn.__module__ != fn.__module__:
             raise ValueError(

@@ -111,9 +111,17 @@ def _register_imagenet(name: str, description: str) -> None:
                                     weights=params.weights,
                                     require_weights=params.require_weights)
 
+    def weights(params: ImageNetModelParams) -> dict[str, Any] | None:
+        """The checkpoint a build would load (path, size, mtime), hashed into the train
+        key: the parameters alone do not say whether torchvision's checkpoint has
+        appeared in the hub cache since a random-init model was cached."""
+        from dlas.models.imagenet import weights_identity
+
+        return weights_identity(name, params.weights)
+
     build.__name__ = build.__qualname__ = name
     register("models", name, params=ImageNetModelParams, tags={IMAGENET_TAG, "pretrained"},
-             constraints=[_imagenet_dataset_only],
+             constraints=[_imagenet_dataset_only], key_facts=weights,
              description=f"ImageNet {description}; torchvision's, with its IMAGENET1K_V1 "
                          "weights when found")(build)
 

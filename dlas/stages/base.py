@@ -90,6 +90,13 @@ class Job:
     scratch: Callable[[], Path] = field(default=lambda: Path("."))
 
 
+def option_facts(choice: Any) -> dict[str, Any]:
+    """`{"facts": ...}` for an option whose output depends on facts of this machine
+    (`registry.Option.key_facts`), else nothing, so other options' keys are unchanged."""
+    facts = choice.option.key_facts
+    return {"facts": facts(choice.params)} if facts is not None else {}
+
+
 class Stage(ABC, Generic[Out]):
     """A node of the stage graph whose output type is `Out`."""
 

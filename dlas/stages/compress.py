@@ -13,22 +13,15 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from dlas.stages.base import Job, Resources, StoredStage
+from dlas.stages.base import Job, Resources, StoredStage, option_facts
 from dlas.stages.data import DATA
 from dlas.stages.facts import CompressFacts, Deployment
 from dlas.stages.outputs import CompressedModel
 from dlas.stages.train import TRAIN, fit_settings
-from dlas.sweep.grid import Choice, Point
+from dlas.sweep.grid import Point
 
 #: File name of an int8 model's quantized ONNX in its compress-stage entry.
 QUANTIZED_ONNX = "model_int8.onnx"
-
-
-def option_facts(choice: Choice) -> dict[str, Any]:
-    """`{"facts": ...}` for an option whose output depends on facts of this machine
-    (`registry.Option.key_facts`), else nothing, so other options' keys are unchanged."""
-    facts = choice.option.key_facts
-    return {"facts": facts(choice.params)} if facts is not None else {}
 
 
 class CompressStage(StoredStage[CompressFacts, CompressedModel]):

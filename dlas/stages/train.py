@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dlas.stages.base import Job, Resources, StoredStage
+from dlas.stages.base import Job, Resources, StoredStage, option_facts
 from dlas.stages.data import DATA
 from dlas.stages.facts import TrainFacts
 from dlas.stages.outputs import TrainedModel
@@ -25,17 +25,10 @@ def is_pretrained(point: Point) -> bool:
 
 
 def pretrained_weights(point: Point) -> Any:
-    """The weights file a pretrained model option would load (path, size, mtime), or None.
-
-    Part of the train key: the option's parameters alone do not say whether torchvision's
-    checkpoint has appeared in the hub cache since, and a random-init model cached before
-    must not be served once the real weights are there.
-    """
-    from dlas.models.imagenet import ARCHITECTURES, weights_identity
-
-    if point.models.name not in ARCHITECTURES:
-        return None
-    return weights_identity(point.models.name, getattr(point.models.params, "weights", None))
+    """What a pretrained model option says its output depends on besides its parameters
+    (`key_facts`: e.g. the checkpoint file it would load), or None."""
+    facts = point.models.option.key_facts
+    return facts(point.models.params) if facts is not None else None
 
 
 def fit_settings(job: Job, what: str) -> Any:
@@ -60,9 +53,11 @@ class TrainStage(StoredStage[TrainFacts, TrainedModel]):
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         b = point.budgets
-        training = {"weights": pretrained_weights(point)} if is_pretrained(point) else {
-            "epochs": b.epochs, "data_fraction": b.data_fraction, "batch_size": b.batch_size,
-            "max_lr": b.max_lr}
+        if is_pretrained(point):
+            return {"model": point.models.identity(), "weights": pretrained_weights(point)}
+        training = {"epochs": b.epochs, "data_fraction": b.data_fraction,
+                    "batch_size": b.batch_size, "max_lr": b.max_lr,
+                    **option_facts(point.models)}
         return {"model": point.models.identity(), **training}
 
     def compute(self, job: Job) -> TrainFacts:
