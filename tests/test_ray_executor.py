@@ -140,3 +140,38 @@ def test_a_node_killed_mid_sweep_loses_nothing(cluster, tmp_path: Path) -> None:
 
     rerun = Runner(Workspace(root), progress=False).run(parse_config(sweep_text()))
     assert rerun.ok == 4 and rerun.recomputed_nothing
+
+
+def test_candidate_builds_fan_out_over_the_cluster_and_run_here(cluster) -> None:
+    """RayBuilder builds on the cluster's nodes; the library runs in the local runner."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.builder import BuilderInput
+
+    from dlas.tuning.metaschedule.build_worker import build_candidate
+    from dlas.tuning.metaschedule.ray_builder import RayBuilder, fan_out_possible
+
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: a[i] * 2.0, name="b")
+    func = te.create_prim_func([a, b])
+    mod = tvm.IRModule({"main": func})
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
+    bogus = tvm.target.Target({"kind": "llvm", "mtriple": "nonexistent-unknown-none"})
+    builder = RayBuilder(f_build=build_candidate, timeout_sec=120)
+    try:
+        built = builder.build([BuilderInput(mod, target), BuilderInput(mod, target),
+                               BuilderInput(mod, bogus)])
+        assert all(r.error_msg is None for r in built[:2]), [r.error_msg for r in built]
+        assert built[2].artifact_path is None and "exception" in built[2].error_msg
+        args = ms.arg_info.ArgInfo.from_prim_func(func)
+        (future,) = ms.runner.LocalRunner(timeout_sec=60).run(
+            [ms.runner.RunnerInput(built[0].artifact_path, "cpu", args)])
+        result = future.result()
+        assert result.error_msg is None and len(result.run_secs) > 0
+    finally:
+        builder.close()
+
+    # the driver builds locally; a task on a node with others beside it fans out
+    assert not fan_out_possible()
+    assert ray.get(ray.remote(fan_out_possible).options(num_cpus=1).remote())

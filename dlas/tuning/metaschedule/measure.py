@@ -20,6 +20,7 @@ from dlas.measure.timing import set_num_threads
 from dlas.targets.base import TargetSpec
 from dlas.targets.host import available_cores
 from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
+from dlas.tuning.metaschedule.ray_builder import RayBuilder
 
 
 def args_signature(args_info: Any) -> str:
@@ -80,10 +81,16 @@ class Timeouts:
     runner_s: float
 
 
-def make_builder(timeouts: Timeouts, workers: int) -> PooledBuilder:
+def make_builder(timeouts: Timeouts, workers: int) -> PooledBuilder | RayBuilder:
     """Local build workers that skip TVM's tensor-intrinsic import (`build_worker`) and
-    live across batches (`PooledBuilder`); `close()` it when the point is done."""
+    live across batches (`PooledBuilder`), or, in a Ray task on a cluster with other
+    nodes, builds fanned out over the cluster (`RayBuilder`); `close()` it when the point
+    is done."""
     from dlas.tuning.metaschedule.build_worker import build_candidate
+    from dlas.tuning.metaschedule.ray_builder import fan_out_possible
+
+    if fan_out_possible():
+        return RayBuilder(f_build=build_candidate, timeout_sec=timeouts.builder_s)
 
     return PooledBuilder(max_workers=workers, timeout_sec=timeouts.builder_s,
                          f_build=build_candidate)

@@ -46,6 +46,7 @@ from dlas.tuning.metaschedule.measure import (
 )
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
+from dlas.tuning.metaschedule.ray_builder import RayBuilder
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 from dlas.tuning.metaschedule.transfer import (
@@ -180,11 +181,12 @@ class MetaScheduleHook:
         #: with other spaces; tests use a space whose samples lose to the minimal one).
         self.space_for: Callable[[Task], Any] | None = None
         self._shared_runner: ms.runner.Runner | None = None
-        self._pooled_builder: PooledBuilder | None = None
+        self._pooled_builder: PooledBuilder | RayBuilder | None = None
 
-    def _builder(self) -> PooledBuilder:
+    def _builder(self) -> PooledBuilder | RayBuilder:
         """The point's one builder: its workers serve the minimal, transferred and
-        searched candidates of every task (a pool start costs about 5 s here)."""
+        searched candidates of every task (a pool start costs about 5 s here); inside a
+        Ray task on a cluster, the cluster's other nodes build them."""
         if self._pooled_builder is None:
             s = self.settings
             self._pooled_builder = make_builder(s.timeouts, s.builder_workers)
