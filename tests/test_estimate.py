@@ -15,7 +15,7 @@ from dlas.estimate.render import duration
 from dlas.estimate.schedule import Task, simulate
 from dlas.estimate.work import stage_work
 from dlas.results.store import ResultStore
-from dlas.runner.stages import stage_keys
+from dlas.stages import stage_keys
 from dlas.sweep.config import parse_config
 from dlas.sweep.grid import Point, expand
 from tests.conftest import tiny_sweep
@@ -102,6 +102,19 @@ def test_compile_parts_rescale_apart(tmp_path: Path) -> None:
     assert compile_.measured_s == pytest.approx(6.0)  # same algorithm and model: x1
     assert compile_.builtin_s == pytest.approx(components(stage_work(
         expand(tuned)[0], "compile", "k"))["tuning"])
+
+
+def test_measure_learns_the_quiet_machine_cost(tmp_path: Path) -> None:
+    """Seconds a measurement spent waiting for a busy machine are not learned."""
+    config = _config(algorithms=("direct",))
+    point = expand(config)[0]
+    _store(tmp_path, point, "measure", 25.0, noise={"extra_s": 20.0})
+    other = parse_config(tiny_sweep("more-runs").replace("measure_repeat: 5",
+                                                         "measure_repeat: 6"))
+    measure = next(t for t in _estimate(tmp_path, other).tasks if t.stage == "measure")
+    ratio = (components(stage_work(expand(other)[0], "measure", "k"))["measure"]
+             / components(stage_work(point, "measure", "k"))["measure"])
+    assert measure.measured_s == pytest.approx(5.0 * ratio)
 
 
 def test_failed_points_are_skipped_like_the_runner_does(tmp_path: Path) -> None:

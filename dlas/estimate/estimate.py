@@ -18,7 +18,7 @@ from pathlib import Path
 from dlas.estimate.costmodel import SIGNATURE, components
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import ScheduleResult, Task, simulate
-from dlas.estimate.work import PARENT, StageWork, stage_work
+from dlas.estimate.work import StageWork, parent_of, stage_work
 from dlas.sweep.config import SweepConfig
 
 #: Stage order of the table (the runner's).
@@ -131,8 +131,9 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                    workers: int = 1, record: WorkspaceRecord | None = None) -> Estimate:
     """The estimate of running `config` against the workspace (its cache and results)."""
     from dlas.runner.cache import Cache
-    from dlas.runner.stages import resolve_target, stage_keys
+    from dlas.stages import stage_keys
     from dlas.sweep.grid import expand
+    from dlas.targets.resolve import resolve_target
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
@@ -164,9 +165,9 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
         for stage in STAGE_ORDER:
             if stage not in todo or (stage, keys[stage]) in index:
                 continue
-            parent = PARENT.get(stage)
+            parent = parent_of(stage)
             while parent is not None and parent not in todo:
-                parent = PARENT.get(parent)
+                parent = parent_of(parent)
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
             m_s, b_s, basis = cost_of(work, by_stage[stage])

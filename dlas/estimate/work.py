@@ -16,9 +16,12 @@ from typing import Any
 
 from dlas.sweep.grid import Point, canonical_json
 
-#: stage -> the stage it runs after (the point's DAG; data is the root).
-PARENT: dict[str, str] = {"train": "data", "compress": "train", "import": "compress",
-                          "compile": "import", "measure": "compile", "baseline": "import"}
+
+def parent_of(stage: str) -> str | None:
+    """The stage `stage` runs after, as the stage declares it (data is the root)."""
+    from dlas.stages import BY_NAME
+
+    return BY_NAME[stage].parent
 
 #: Compression options that fine-tune (budgets.finetune_epochs in total, split over their
 #: levels); an option with a `levels` or `level` parameter is taken to fine-tune too.
@@ -157,7 +160,7 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
     """The work of `stage` of `point`. `size` defaults to the built model's; `facts` is a
     cached entry's meta.json, whose own record (MACs, convs, trials spent) wins over
     what the config implies."""
-    from dlas.runner.stages import is_pretrained
+    from dlas.stages.train import is_pretrained
 
     facts = facts or {}
     size = size or model_size(point)
