@@ -190,6 +190,8 @@ class MetaScheduleHook:
         if self._pooled_builder is None:
             s = self.settings
             self._pooled_builder = make_builder(s.timeouts, s.builder_workers)
+            if isinstance(self._pooled_builder, RayBuilder):
+                self.say("candidate builds fan out over the Ray cluster's other nodes")
         return self._pooled_builder
 
     def __call__(self, mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
