@@ -2,7 +2,7 @@
 
 A baseline option is `fn(params, model: BaselineModel) -> Peer`: given the compress
 stage's output it returns a *peer*, the model loaded in another runtime with the target's
-thread count. The runner (`Runner._baseline`) verifies the peer against the point's
+thread count. The baseline stage (`dlas.stages.baseline`) verifies the peer against the point's
 reference outputs with the TVM path's `verify_outputs`, measures its accuracy where it
 computes something other than PyTorch's float32 model, and times it with `time_peer`: the
 TVM path's method (batch 1, `measure_repeat` samples of `measure_number` calls each,
@@ -110,22 +110,6 @@ def time_peer(call: Callable[[], object], repeat: int, number: int = 1,
     return samples
 
 
-def peer_accuracy(peer: Peer, dataset: Any, batch_size: int = 256) -> float:
-    """Top-1 accuracy of the peer over a dataset (batched: the number does not depend on
-    the batch size, only the time to get it)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    correct = seen = 0
-    for x, y in DataLoader(dataset, batch_size=batch_size, num_workers=0):
-        logits = peer.run(x.numpy())
-        correct += int((logits.argmax(axis=1) == torch.as_tensor(y).numpy()).sum())
-        seen += len(y)
-    if seen == 0:
-        raise ValueError("cannot evaluate on an empty dataset")
-    return correct / seen
-
-
 # -- constraints (checked when the grid is expanded) ----------------------------------------
 
 
@@ -140,7 +124,7 @@ def precision_of(point: Any) -> str | None:
 def local_cpu_only(point: Any) -> str | None:
     """Baselines run in this process, on this CPU: not on a GPU, a remote board, or a CPU
     of another architecture."""
-    from dlas.runner.stages import resolve_target
+    from dlas.targets.resolve import resolve_target
 
     spec = resolve_target(point)
     if getattr(spec, "rpc", None) is not None:

@@ -47,7 +47,7 @@ class MetaScheduleParams(BaseModel):
 
 def tuning_possible(point: Point) -> str | None:
     """Where MetaSchedule cannot tune a point, why (the point is recorded, not run)."""
-    from dlas.runner.stages import resolve_target
+    from dlas.targets.resolve import resolve_target
 
     target = resolve_target(point)
     csr = "csr" in point.algorithms.tags
