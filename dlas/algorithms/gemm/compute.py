@@ -22,11 +22,13 @@ The CSR form multiplies the same im2col matrix by the CSR weight matrix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tvm import te, tirx
-from tvm.script import tirx as T
 
 from ..base import RAW_WEIGHT, ConvSpec
 from ..common import extern_stage, pad_nchw, reduction_size, split_column, widen
+from ..csr_kernel import CSRRowLayout, csr_row_kernel
 
 IM2COL_NAME = "im2col"
 GEMM_NAME = "conv2d_nchw_gemm"
@@ -88,38 +90,16 @@ def conv2d_nchw_gemm_csr(
 
 def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.Tensor,
                     ptr: te.Tensor) -> tirx.PrimFunc:
-    """TIR of the CSR GEMM: per (n, o) row, out[n, o, :] += val[e] * im2col[n, g, col[e], :]."""
-    n_, o_, oh_, ow_ = spec.out_shape
+    """The CSR row kernel over the im2col matrix: per (n, o) row,
+    out[n, o, :] += val[e] * im2col[n, g(o), col[e], :]."""
+    n, o, oh, ow = spec.out_shape
     opg = spec.out_channels // spec.groups
-    groups, k_ = (int(v) for v in colmat.shape[1:3])
-    nnz = int(val.shape[0])
-    acc = spec.out_dtype
-    m_shape, v_shape, c_shape, r_shape = colmat.shape, val.shape, col.shape, ptr.shape
-    m_dtype, v_dtype = colmat.dtype, val.dtype
-    row_name, update_name = CSR_ROW_NAME, CSR_UPDATE_NAME
 
-    @T.prim_func(s_tir=True)
-    def kernel(m: T.handle, v: T.handle, c: T.handle, r: T.handle, o: T.handle):
-        Mat = T.match_buffer(m, m_shape, m_dtype)
-        Val = T.match_buffer(v, v_shape, v_dtype)
-        Col = T.match_buffer(c, c_shape, "int32")
-        Ptr = T.match_buffer(r, r_shape, "int32")
-        Out = T.match_buffer(o, (n_, o_, oh_, ow_), acc)
-        for n, oc in T.grid(n_, o_):
-            with T.sblock(row_name):
-                vn, vo = T.axis.remap("SS", [n, oc])
-                T.reads(Mat[vn, 0:groups, 0:k_, 0:oh_, 0:ow_], Val[0:nnz], Col[0:nnz],
-                        Ptr[vo:vo + 2])
-                T.writes(Out[vn, vo, 0:oh_, 0:ow_])
-                for j, y, x in T.grid(Ptr[vo + 1] - Ptr[vo], oh_, ow_):
-                    with T.sblock(update_name):
-                        vj = T.axis.reduce(Ptr[vo + 1] - Ptr[vo], j)
-                        vy = T.axis.spatial(oh_, y)
-                        vx = T.axis.spatial(ow_, x)
-                        with T.init():
-                            Out[vn, vo, vy, vx] = T.cast(0, acc)
-                        Out[vn, vo, vy, vx] = Out[vn, vo, vy, vx] + T.cast(
-                            Val[Ptr[vo] + vj], acc
-                        ) * T.cast(Mat[vn, vo // opg, Col[Ptr[vo] + vj], vy, vx], acc)
+    def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, _tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        vy, vx = pixels
+        return vn, vo // opg, k, vy, vx
 
-    return kernel
+    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Mat", tiles={},
+                          pixels={"y": oh, "x": ow}, index=index)
+    return csr_row_kernel(layout, (n, o), spec.out_dtype, colmat, val, col, ptr)

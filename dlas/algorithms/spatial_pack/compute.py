@@ -27,14 +27,15 @@ Groups are not packed: grouped and depthwise convs fall back to the direct algor
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import te, tirx
-from tvm.script import tirx as T
 
 from ..base import RAW_WEIGHT, ConvSpec
-from ..common import extern_stage, pad_nchw, widen
+from ..common import extern_stage, pad_nchw, split_column, widen
+from ..csr_kernel import CSRRowLayout, csr_row_kernel
 
 DATA_VEC_NAME = "data_vec"
 KERNEL_VEC = "kernel_vec"
@@ -162,55 +163,20 @@ def conv2d_nchw_spatial_pack_csr(
 
 def spatial_pack_csr_kernel(spec: ConvSpec, data_vec: te.Tensor, val: te.Tensor,
                             col: te.Tensor, ptr: te.Tensor) -> tirx.PrimFunc:
-    """TIR of the CSR spatial pack: per (n, o) row, for each tile, sum over the row's entries."""
+    """The CSR row kernel over the packed input: per (n, o) row and tile (ht, wt), the
+    row's non-zeros, then the tile's pixels (vh, vw); output in tiles, unpacked later."""
     t = tiles_for(spec)
-    n_, o_ = spec.batch, spec.out_channels
-    _, _, kh, kw = spec.weight_shape
     sh, sw = spec.strides
     dh, dw = spec.dilation
-    khw = kh * kw
-    ht_, wt_, vh_, vw_ = t.ht, t.wt, t.vh, t.vw
-    c_, hi_, wi_ = spec.in_channels, t.vh_in, t.vw_in
-    nnz = int(val.shape[0])
-    acc = spec.out_dtype
-    d_shape, v_shape, c_shape, r_shape = data_vec.shape, val.shape, col.shape, ptr.shape
-    d_dtype, v_dtype = data_vec.dtype, val.dtype
-    row_name, update_name = CSR_ROW_NAME, CSR_UPDATE_NAME
 
-    @T.prim_func(s_tir=True)
-    def kernel(d: T.handle, v: T.handle, c: T.handle, r: T.handle, o: T.handle):
-        Dv = T.match_buffer(d, d_shape, d_dtype)
-        Val = T.match_buffer(v, v_shape, v_dtype)
-        Col = T.match_buffer(c, c_shape, "int32")
-        Ptr = T.match_buffer(r, r_shape, "int32")
-        Out = T.match_buffer(o, (n_, o_, ht_, wt_, vh_, vw_), acc)
-        for n, oc in T.grid(n_, o_):
-            with T.sblock(row_name):
-                vn, vo = T.axis.remap("SS", [n, oc])
-                T.reads(Dv[vn, 0:ht_, 0:wt_, 0:c_, 0:hi_, 0:wi_], Val[0:nnz], Col[0:nnz],
-                        Ptr[vo:vo + 2])
-                T.writes(Out[vn, vo, 0:ht_, 0:wt_, 0:vh_, 0:vw_])
-                for ht, wt, j, vh, vw in T.grid(ht_, wt_, Ptr[vo + 1] - Ptr[vo], vh_, vw_):
-                    with T.sblock(update_name):
-                        vht = T.axis.spatial(ht_, ht)
-                        vwt = T.axis.spatial(wt_, wt)
-                        vj = T.axis.reduce(Ptr[vo + 1] - Ptr[vo], j)
-                        vvh = T.axis.spatial(vh_, vh)
-                        vvw = T.axis.spatial(vw_, vw)
-                        with T.init():
-                            Out[vn, vo, vht, vwt, vvh, vvw] = T.cast(0, acc)
-                        Out[vn, vo, vht, vwt, vvh, vvw] = Out[
-                            vn, vo, vht, vwt, vvh, vvw
-                        ] + T.cast(Val[Ptr[vo] + vj], acc) * T.cast(
-                            Dv[
-                                vn,
-                                vht,
-                                vwt,
-                                Col[Ptr[vo] + vj] // khw,
-                                vvh * sh + Col[Ptr[vo] + vj] // kw % kh * dh,
-                                vvw * sw + Col[Ptr[vo] + vj] % kw * dw,
-                            ],
-                            acc,
-                        )
+    def index(vn: tirx.Var, _vo: tirx.Var, k: tirx.Expr, tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        (vht, vwt), (vvh, vvw) = tiles, pixels
+        c, ky, kx = split_column(spec, k)
+        return vn, vht, vwt, c, vvh * sh + ky * dh, vvw * sw + kx * dw
 
-    return kernel
+    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Dv",
+                          tiles={"ht": t.ht, "wt": t.wt}, pixels={"vh": t.vh, "vw": t.vw},
+                          index=index)
+    return csr_row_kernel(layout, (spec.batch, spec.out_channels), spec.out_dtype, data_vec,
+                          val, col, ptr)
