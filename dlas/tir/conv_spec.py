@@ -71,6 +71,13 @@ class ConvSpec:
         ow = (w + pl + pr - (kw - 1) * self.dilation[1] - 1) // self.strides[1] + 1
         return self.batch, self.out_channels, oh, ow
 
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the dense convolution (for sanity checks and reports)."""
+        n, o, oh, ow = self.out_shape
+        _, cg, kh, kw = self.weight_shape
+        return n * o * oh * ow * cg * kh * kw
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
