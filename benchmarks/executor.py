@@ -148,12 +148,12 @@ def _predict_full_profile(overhead_s: float) -> None:
         ws = Path(tmp) / "ws"
         print("\nfull cifar10_cpu profile, from an empty workspace (built-in cost model; "
               f"+{overhead_s:.2f} s per stage of executor overhead):")
-        print(f"{'nodes':>6}{'estimate':>14}{'with overhead':>16}{'critical path':>16}")
+        print(f"{'nodes':>6}{'estimate':>24}{'with overhead':>24}{'critical path':>16}")
         for n in (1, 2, 4, 8, 16, 32):
             est = estimate_sweep(config, ws / "cache", ws / "results.db", workers=n)
             extra = overhead_s * len(est.tasks) / n
-            print(f"{n:>6}{duration(est.parallel.makespan_s):>14}"
-                  f"{duration(est.parallel.makespan_s + extra):>16}"
+            print(f"{n:>6}{duration(est.parallel.makespan_s):>24}"
+                  f"{duration(est.parallel.makespan_s + extra):>24}"
                   f"{duration(est.parallel.critical_path_s):>16}")
 
 
