@@ -129,6 +129,7 @@ def test_a_node_killed_mid_sweep_loses_nothing(cluster, tmp_path: Path) -> None:
             node = _node_of(pid, workers)
             if node is not None:
                 c.remove_node(node, allow_graceful=False)
+                workers.remove(node)
                 killed = claim.parent.name
                 break
         time.sleep(0.2)
@@ -140,6 +141,8 @@ def test_a_node_killed_mid_sweep_loses_nothing(cluster, tmp_path: Path) -> None:
 
     rerun = Runner(Workspace(root), progress=False).run(parse_config(sweep_text()))
     assert rerun.ok == 4 and rerun.recomputed_nothing
+    workers.append(c.add_node(num_cpus=2))  # the next tests get two worker nodes again
+    c.wait_for_nodes()
 
 
 def test_candidate_builds_fan_out_over_the_cluster_and_run_here(cluster) -> None:
@@ -175,3 +178,49 @@ def test_candidate_builds_fan_out_over_the_cluster_and_run_here(cluster) -> None
     # the driver builds locally; a task on a node with others beside it fans out
     assert not fan_out_possible()
     assert ray.get(ray.remote(fan_out_possible).options(num_cpus=1).remote())
+
+
+RAY_DRIVER = """
+import json, sys
+sys.path.insert(0, {root!r})
+import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
+from dlas.runner.ray_executor import RayRunner
+from dlas.runner.runner import Workspace
+from dlas.sweep.config import parse_config
+report = RayRunner(Workspace(sys.argv[1]), progress=False).run(
+    parse_config(open(sys.argv[2]).read()))
+print("REPORT " + json.dumps({{"interrupted": report.interrupted, "ok": report.ok,
+                              "computed": dict(report.computed)}}))
+"""
+
+
+def test_ctrl_c_stops_a_ray_sweep_and_the_same_run_resumes(tmp_path: Path) -> None:
+    """A driver with its own local Ray instance (`dlas run --executor ray`): SIGINT
+    cancels the running tasks; what finished is cached and the next run picks it up."""
+    import signal
+    import subprocess
+    import sys
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(sweep_text())
+    root = tmp_path / "ws"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DLAS_LOCK_DIR": str(tmp_path / "locks")}
+    proc = subprocess.Popen([sys.executable, "-c", RAY_DRIVER.format(root=str(ROOT)),
+                             str(root), str(config)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if list((root / "cache" / "compress").glob("*/meta.json")):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    line = next((x for x in out.splitlines() if x.startswith("REPORT ")), None)
+    assert line is not None, err[-3000:]
+    first = json.loads(line[len("REPORT "):])
+    assert first["interrupted"] and first["ok"] < 4
+
+    resumed = Runner(Workspace(root), progress=False).run(parse_config(sweep_text()))
+    assert resumed.ok == 4
+    assert resumed.computed["train"] == 0 and resumed.reused["train"] >= 1
+    assert not list((root / "cache").glob("*/.tmp-*"))
