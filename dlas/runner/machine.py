@@ -39,7 +39,8 @@ def lock_dir() -> Path:
 
 
 def _open(path: Path) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    # read-only: flock needs no write access, so another user's lock file serves too
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
     with contextlib.suppress(PermissionError):
         os.fchmod(fd, 0o666)
     return fd
