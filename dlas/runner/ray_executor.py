@@ -36,7 +36,13 @@ from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import StageExecutor, StageFailed, StageTally
 from dlas.runner.rows import compile_columns, finish_row, new_row
-from dlas.runner.runner import RunReport, Workspace, previous_failure
+from dlas.runner.runner import (
+    RunReport,
+    Workspace,
+    clean_stale,
+    points_to_run,
+    record_row,
+)
 from dlas.stages import BY_NAME, STAGES, stage_keys
 from dlas.stages.base import StageEnv, StoredStage
 from dlas.stages.keys import StageKeys
@@ -178,10 +184,7 @@ class RayRunner:
         points = expand(config)
         self.report = report = RunReport(points=len(points))
         started = self._connect()
-        removed = self.cache.clean_stale(Claims(self.cache.root).is_held)
-        if removed:
-            self.console.note(f"removed {removed} half-written cache folder(s) that "
-                              "interrupted runs left")
+        clean_stale(self.cache, Claims(self.cache.root), self.console)
         self.console.sweep_header(config, points, self.workspace)
         resources = ray.cluster_resources()
         self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
@@ -206,16 +209,8 @@ class RayRunner:
 
         report = self.report
         states: list[_PointState] = []
-        for i, point in enumerate(points, 1):
-            previous = store.get(point.key)
-            skip = previous_failure(previous, retry_failed)
-            if skip == "done":
-                continue
-            if skip == "skip":
-                report.skipped_failed += 1
-                self.console.point_skipped(i, len(points), point, previous)
-                report.rows.append(previous)
-                continue
+        for i, point in points_to_run(points, store, report, self.console,
+                                      retry_failed=retry_failed):
             row = new_row(point, config.name)
             if point.blocked:
                 row.update(status="not_runnable", error=point.blocked)
@@ -353,11 +348,6 @@ class RayRunner:
         return True
 
     def _record(self, store: ResultStore, row: dict[str, Any], state: _PointState) -> None:
-        report = self.report
-        self.console.point_start(state.index, report.points, state.point)
-        store.upsert(row)
-        report.rows.append(row)
-        status = row["status"]
-        setattr(report, status, getattr(report, status) + 1)
-        self.console.point_end(row)
+        self.console.point_start(state.index, self.report.points, state.point)
+        record_row(store, self.report, self.console, row)
 

@@ -12,6 +12,7 @@ failure-tolerant, and safe beside other dlas processes on the same workspace.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,40 @@ class Workspace:
         return self.root / "results.db"
 
 
-def previous_failure(previous: dict[str, Any] | None, retry_failed: bool) -> str | None:
-    """What a run does with a point given its stored row: "skip" a point that failed
-    before (unless retrying failed ones), "done" for a point that did not fail when only
-    failed ones are retried, else None (run it)."""
-    was_failed = previous is not None and previous["status"] in (
-        "failed", "verification_failed")
-    if retry_failed and not was_failed:
-        return "done"
-    if was_failed and not retry_failed:
-        return "skip"
-    return None
+def points_to_run(points: list[Point], store: ResultStore, report: RunReport,
+                  console: RunConsole, *, retry_failed: bool) -> Iterator[tuple[int, Point]]:
+    """The points a run computes, with their 1-based index: a point that failed before is
+    skipped (reported, its row kept) unless `retry_failed`, which runs only those."""
+    for i, point in enumerate(points, 1):
+        previous = store.get(point.key)
+        was_failed = previous is not None and previous["status"] in (
+            "failed", "verification_failed")
+        if retry_failed and not was_failed:
+            continue
+        if was_failed and not retry_failed:
+            report.skipped_failed += 1
+            console.point_skipped(i, len(points), point, previous)
+            report.rows.append(previous)
+            continue
+        yield i, point
+
+
+def record_row(store: ResultStore, report: RunReport, console: RunConsole,
+               row: dict[str, Any]) -> None:
+    """Store a point's row, count its status, show it."""
+    store.upsert(row)
+    report.rows.append(row)
+    status = row["status"]
+    setattr(report, status, getattr(report, status) + 1)
+    console.point_end(row)
+
+
+def clean_stale(cache: Cache, claims: Claims, console: RunConsole) -> None:
+    """Remove the half-written entries killed runs left (not those being written)."""
+    removed = cache.clean_stale(claims.is_held)
+    if removed:
+        console.note(f"removed {removed} half-written cache folder(s) that interrupted "
+                     "runs left")
 
 
 class Runner:
@@ -137,31 +161,16 @@ class Runner:
         points = expand(config)
         self.report = report = RunReport(points=len(points))
         self._new_executor()
-        removed = self.cache.clean_stale(self.claims.is_held)
-        if removed:
-            self.console.note(f"removed {removed} half-written cache folder(s) that "
-                              "interrupted runs left")
+        clean_stale(self.cache, self.claims, self.console)
         self.console.sweep_header(config, points, self.workspace)
         with ResultStore(self.workspace.db_path) as store:
             try:
-                for i, point in enumerate(points, 1):
-                    previous = store.get(point.key)
-                    skip = previous_failure(previous, retry_failed)
-                    if skip == "done":
-                        continue
-                    if skip == "skip":
-                        report.skipped_failed += 1
-                        self.console.point_skipped(i, len(points), point, previous)
-                        report.rows.append(previous)
-                        continue
+                for i, point in points_to_run(points, store, report, self.console,
+                                              retry_failed=retry_failed):
                     self.console.point_start(i, len(points), point)
                     row = self.run_point(point, config.name)
-                    store.upsert(row)
-                    report.rows.append(row)
-                    status = row["status"]
-                    setattr(report, status, getattr(report, status) + 1)
-                    self.console.point_end(row)
-                    if fail_fast and status in ("failed", "verification_failed"):
+                    record_row(store, report, self.console, row)
+                    if fail_fast and row["status"] in ("failed", "verification_failed"):
                         self.console.note("stopping: --fail-fast and a point failed")
                         break
             except KeyboardInterrupt:
