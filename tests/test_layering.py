@@ -5,6 +5,7 @@
 itself back through others (the compiler's CPU and GPU paths once did: build <->
 gpu_schedule). The static check reads every import statement, lazy ones in functions
 included, because a cycle hidden in a function body is still a cycle in the design.
+The stages and executors import no option module: they reach options through the point.
 """
 
 from __future__ import annotations
@@ -120,3 +121,23 @@ def test_runtime_imports(imported: str, absent: tuple[str, ...]) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+#: Where each layer's options are registered: the stages and executors reach options
+#: only through the sweep point (`choice.option.fn`), never by importing one.
+OPTION_MODULES = ("dlas.datasets.options", "dlas.datasets.cifar10", "dlas.datasets.imagenet",
+                  "dlas.datasets.digits",
+                  "dlas.models.options", "dlas.models.imagenet", "dlas.models.cifar",
+                  "dlas.compression.options", "dlas.compression.quantization",
+                  "dlas.algorithms.options", "dlas.tuning.options",
+                  "dlas.tuning.metaschedule.options", "dlas.tuning.baselines.options",
+                  "dlas.targets.options")
+
+
+def test_stages_and_executors_import_no_option() -> None:
+    paths = {_module_name(p): p for package in ("dlas/stages", "dlas/runner")
+             for p in (ROOT / package).rglob("*.py")}
+    known = set(paths) | set(OPTION_MODULES)
+    offenders = {name: sorted(_imports(name, path, known) & set(OPTION_MODULES))
+                 for name, path in paths.items()}
+    assert not {k: v for k, v in offenders.items() if v}
