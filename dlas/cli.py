@@ -313,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "cluster (docs/cluster.md)")
     p.add_argument("--ray-address", metavar="ADDRESS",
                    help="with --executor ray: the cluster to join (e.g. 10.0.0.1:6379, or "
-                        "'auto'); default: start a local Ray instance")
+                        "'auto' for the one running on this machine); default: $RAY_ADDRESS, "
+                        "else a new local Ray instance")
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("results", help="print results, optionally export CSV")

@@ -218,7 +218,7 @@ def test_ctrl_c_stops_a_ray_sweep_and_the_same_run_resumes(tmp_path: Path) -> No
     line = next((x for x in out.splitlines() if x.startswith("REPORT ")), None)
     assert line is not None, err[-3000:]
     first = json.loads(line[len("REPORT "):])
-    assert first["interrupted"] and first["ok"] < 4
+    assert first["interrupted"] and first["ok"] < 4, (first, out[-3000:], err[-3000:])
 
     resumed = Runner(Workspace(root), progress=False).run(parse_config(sweep_text()))
     assert resumed.ok == 4

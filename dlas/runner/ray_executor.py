@@ -159,7 +159,10 @@ class RayRunner:
         env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         here = str(Path.cwd())
         env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
-        ray.init(address=self.address, runtime_env={"env_vars": env},
+        # no address: a new local instance ("local"), not whatever cluster Ray would find
+        # in /tmp/ray/ray_current_cluster; RAY_ADDRESS or --ray-address auto join one
+        address = self.address or os.environ.get("RAY_ADDRESS") or "local"
+        ray.init(address=address, runtime_env={"env_vars": env},
                  include_dashboard=False, logging_level="WARNING",
                  configure_logging=True, log_to_driver=True)
         return True
