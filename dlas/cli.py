@@ -176,11 +176,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise UsageError(f"--ray-address {args.ray_address}: only with --executor ray")
     if args.executor == "ray":
-        from dlas.runner.ray_executor import RayRunner, ray_available
+        from dlas.runner.ray_executor import (
+            RayRunner,
+            RayUnreachable,
+            check_reachable,
+            ray_available,
+        )
 
         if not ray_available():
             raise UsageError("--executor ray: Ray is not installed in this environment; "
                              "run scripts/setup.sh (it installs the pinned ray)")
+        try:
+            check_reachable(args.ray_address or os.environ.get("RAY_ADDRESS") or "local")
+        except RayUnreachable as exc:
+            raise UsageError(str(exc)) from exc
         runner: Any = RayRunner(workspace, address=args.ray_address,
                                 progress=not args.no_progress)
     else:

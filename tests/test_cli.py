@@ -219,3 +219,23 @@ def test_plugins_shows_required_and_factory_defaults(capsys: pytest.CaptureFixtu
         assert "target: BoardTarget ={'name': 'llvm'}" in out  # a model default, as written
     finally:
         registry.unregister("compression", "test_required_param")
+
+
+def test_bad_ray_options_exit_2_with_what_to_do(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    import socket
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep())
+    ws = ["--workspace", str(tmp_path / "ws")]
+    with socket.socket() as free:  # a port nobody listens on
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert main(["run", str(config), *ws, "--executor", "ray",
+                 "--ray-address", f"127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().out
+    assert f"--ray-address 127.0.0.1:{port}: no Ray cluster answers there" in err
+    assert "ray start --head" in err
+    assert main(["run", str(config), *ws, "--ray-address", "127.0.0.1:6379"]) == 2
+    assert "only with --executor ray" in capsys.readouterr().out
+    assert not (tmp_path / "ws" / "results.db").exists()  # nothing ran

@@ -57,6 +57,25 @@ MAX_RETRIES = 3
 PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
 
 
+class RayUnreachable(ConnectionError):
+    """The Ray cluster named by --ray-address cannot be reached."""
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on (ray.init would wait minutes); other
+    forms ("auto", "local", "ray://...") are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise RayUnreachable(
+            f"--ray-address {address}: no Ray cluster answers there ({exc}); start its "
+            "head with `ray start --head --port PORT` on that machine, or leave "
+            "--ray-address out to run on a new local Ray instance") from exc
+
+
 def ray_available() -> bool:
     import importlib.util
 
@@ -162,6 +181,7 @@ class RayRunner:
         # no address: a new local instance ("local"), not whatever cluster Ray would find
         # in /tmp/ray/ray_current_cluster; RAY_ADDRESS or --ray-address auto join one
         address = self.address or os.environ.get("RAY_ADDRESS") or "local"
+        check_reachable(address)
         ray.init(address=address, runtime_env={"env_vars": env},
                  include_dashboard=False, logging_level="WARNING",
                  configure_logging=True, log_to_driver=True)
