@@ -181,7 +181,10 @@ def test_candidate_builds_fan_out_over_the_cluster_and_run_here(cluster) -> None
 
 
 RAY_DRIVER = """
-import json, sys
+import json, signal, sys
+# Ctrl-C raises KeyboardInterrupt, as in a terminal (a background job of a
+# non-interactive shell, e.g. a CI harness, starts with SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
 from dlas.runner.ray_executor import RayRunner
