@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -86,8 +86,9 @@ class Job:
     env: StageEnv
     #: The fresh folder the output goes to (published atomically when compute returns).
     dir: Path
-    #: A folder kept across interrupted runs of this entry (e.g. epoch checkpoints).
-    scratch: Callable[[], Path] = field(default=lambda: Path("."))
+    #: A folder kept across interrupted runs of this entry (e.g. epoch checkpoints),
+    #: made on first use.
+    scratch: Callable[[], Path]
 
 
 def option_facts(choice: Any) -> dict[str, Any]:
