@@ -427,3 +427,17 @@ def test_figures_and_tables_show_the_iqr_of_the_raw_samples(tmp_path: Path) -> N
     assert "6 ms (IQR 5-9)" in md  # the fastest cell prints the spread beside the median
     assert "whiskers span the interquartile range" in md
     assert "flagged noisy" in md and "1 of them" in md
+
+
+def test_the_rows_facts_win_over_guesses_from_option_names() -> None:
+    """Rows record backend, device kind and weight format; the report reads them, and
+    guesses from option names only for rows written before they were recorded."""
+    plugin = point_from_row(row(algorithm="my_sparse_conv", tuning="my_runtime",
+                                target="my_board", backend="my_runtime",
+                                device_kind="gpu", weight_format="csr"))
+    assert (plugin.sparse, plugin.baseline, plugin.device) == (True, True, "gpu")
+    old = point_from_row(row(algorithm="gemm_csr", tuning="onnxruntime"))
+    assert (old.sparse, old.baseline, old.device) == (True, True, "cpu")
+    dense = point_from_row(row(algorithm="gemm_csr", backend="tvm", weight_format="dense",
+                               device_kind="cpu"))
+    assert (dense.sparse, dense.baseline) == (False, False)
