@@ -46,6 +46,11 @@ class StageFailed(Exception):
         super().__init__(f"{stage}: {type(error).__name__}: {error}")
         self.stage, self.error, self.tb = stage, error, tb
 
+    @property
+    def message(self) -> str:
+        """The error as a row records it: its type and text."""
+        return f"{type(self.error).__name__}: {self.error}"
+
 
 @dataclass
 class StageTally:

@@ -22,10 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dlas.runner.claims import POLL_S
 from dlas.stages.base import Resources
-
-#: Seconds between attempts while another process holds what we wait for.
-POLL_S = 0.25
 
 
 def lock_dir() -> Path:

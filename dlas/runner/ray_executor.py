@@ -35,7 +35,7 @@ from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import StageExecutor, StageFailed, StageTally
-from dlas.runner.rows import compile_columns, finish_row, new_row
+from dlas.runner.rows import failed_row, finish_row, new_row, unmeasurable_row
 from dlas.runner.runner import (
     RunReport,
     Workspace,
@@ -141,8 +141,7 @@ def run_stage_task(point: Point, stage: str, keys: StageKeys, workspace_root: st
         facts = executor.facts(point, keys, target)
     except StageFailed as failure:
         return StageOutcome(error_stage=failure.stage, host=socket.gethostname(),
-                            error=f"{type(failure.error).__name__}: {failure.error}",
-                            traceback=failure.tb)
+                            error=failure.message, traceback=failure.tb)
     return StageOutcome(meta=facts.to_meta(), computed=tally.computed[stage] > 0,
                         seconds=tally.seconds[stage], host=socket.gethostname())
 
@@ -356,15 +355,12 @@ class RayRunner:
         row["stage_seconds"] = {s: seconds[s] for s in STAGES}
         failed = next((outcome[n] for n in state.nodes if outcome[n].meta is None), None)
         if failed is not None:
-            row.update(status="failed", error_stage=failed.error_stage, error=failed.error,
-                       traceback=failed.traceback)
+            failed_row(row, failed.error_stage, failed.error, failed.traceback)
             return True
         facts = {n.stage: BY_NAME[n.stage].read_facts(outcome[n].meta)  # type: ignore[attr-defined]
                  for n in state.nodes}
         if "measure" not in facts and "baseline" not in facts:
-            row.update(status="not_runnable", error_stage="measure",
-                       error=resolve_target(point).unmeasurable,
-                       **compile_columns(facts["compile"]))
+            unmeasurable_row(row, resolve_target(point).unmeasurable, facts["compile"])
             return True
         finish_row(row, point, facts["train"], facts["compress"], facts["import"],
                    facts.get("compile"), facts.get("measure") or facts["baseline"])

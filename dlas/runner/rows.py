@@ -105,6 +105,21 @@ def measured_columns(compressed: CompressFacts, trained: TrainFacts,
     )
 
 
+def failed_row(row: dict[str, Any], stage: str | None, error: str | None,
+               traceback: str | None) -> dict[str, Any]:
+    """A point whose `stage` raised (or whose upstream did)."""
+    row.update(status="failed", error_stage=stage, error=error, traceback=traceback)
+    return row
+
+
+def unmeasurable_row(row: dict[str, Any], reason: str | None,
+                     compiled: CompileFacts) -> dict[str, Any]:
+    """A point compiled (and cached) for a target nothing here can run."""
+    row.update(status="not_runnable", error_stage="measure", error=reason,
+               **compile_columns(compiled))
+    return row
+
+
 def finish_row(row: dict[str, Any], point: Point, trained: TrainFacts,
                compressed: CompressFacts, imported: ImportFacts,
                compiled: CompileFacts | None, measured: MeasureFacts) -> dict[str, Any]:

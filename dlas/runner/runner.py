@@ -24,7 +24,7 @@ from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import StageExecutor, StageFailed, StageTally
 from dlas.runner.machine import MachineLock
-from dlas.runner.rows import compile_columns, finish_row, new_row
+from dlas.runner.rows import failed_row, finish_row, new_row, unmeasurable_row
 from dlas.stages import BASELINE, COMPILE, COMPRESS, IMPORT, MEASURE, STAGES, TRAIN, stage_keys
 from dlas.stages.base import StageEnv
 from dlas.stages.facts import CompileFacts
@@ -140,15 +140,10 @@ class Runner:
                 compiled = ex.facts(point, keys, COMPILE)
                 unmeasurable = resolve_target(point).unmeasurable
                 if unmeasurable:  # compiled and cached; nothing here can run it
-                    row.update(status="not_runnable", error_stage="measure",
-                               error=unmeasurable, **compile_columns(compiled))
-                    return row
+                    return unmeasurable_row(row, unmeasurable, compiled)
                 measured = ex.facts(point, keys, MEASURE)
         except StageFailed as failure:
-            row.update(status="failed", error_stage=failure.stage,
-                       error=f"{type(failure.error).__name__}: {failure.error}",
-                       traceback=failure.tb)
-            return row
+            return failed_row(row, failure.stage, failure.message, failure.tb)
         finally:
             row["stage_seconds"] = {s: self.report.seconds[s] - before.get(s, 0.0)
                                     for s in STAGES}

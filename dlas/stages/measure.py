@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 
 from dlas.measure.sampling import CpuLoadProbe
-from dlas.results.environment import machine_fingerprint
 from dlas.stages.base import Job, Resources, StoredStage
 from dlas.stages.compile import COMPILE
 from dlas.stages.facts import MeasureFacts
 from dlas.stages.import_model import IMPORT
-from dlas.stages.timed import Timed, dataset_accuracy, verify_and_time
+from dlas.stages.timed import Timed, dataset_accuracy, timing_key_inputs, verify_and_time
 from dlas.stages.train import TRAIN
 from dlas.sweep.grid import Point
 from dlas.targets.resolve import resolve_target
@@ -61,11 +60,7 @@ class MeasureStage(StoredStage[MeasureFacts, MeasureFacts]):
     resources = Resources(cpus=2, exclusive=True)
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
-        b = point.budgets
-        target = resolve_target(point)
-        return {"repeat": b.measure_repeat, "number": b.measure_number, "warmup": b.warmup,
-                "threads": target.num_threads, "machine": machine_fingerprint(),
-                "hardware": target.fingerprint}
+        return timing_key_inputs(point)
 
     def compute(self, job: Job) -> MeasureFacts:
         from dlas.measure.session import open_session

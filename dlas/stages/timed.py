@@ -57,6 +57,19 @@ class Timed(ABC):
         return None
 
 
+def timing_key_inputs(point: Any) -> dict[str, Any]:
+    """What a timing's key hashes, TVM variant or baseline: the sampling budgets, the
+    threads, and the machine and hardware the samples are taken on."""
+    from dlas.results.environment import machine_fingerprint
+    from dlas.targets.resolve import resolve_target
+
+    b = point.budgets
+    target = resolve_target(point)
+    return {"repeat": b.measure_repeat, "number": b.measure_number, "warmup": b.warmup,
+            "threads": target.num_threads, "machine": machine_fingerprint(),
+            "hardware": target.fingerprint}
+
+
 def verify_and_time(subject: Timed, imported: ImportedModule, job: Job, *,
                     accuracy_available: bool) -> MeasureFacts:
     """Verify `subject` against the point's reference outputs, measure its accuracy where
