@@ -195,12 +195,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         runner = Runner(workspace, progress=not args.no_progress)
     _print_run_estimate(config, runner.workspace)
-    if args.remeasure_noisy:
-        from dlas.runner.remeasure import forget_noisy_timings
+    if args.remeasure and args.remeasure_noisy:
+        raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
+                         "noisy ones: give one of them")
+    if args.remeasure or args.remeasure_noisy:
+        from dlas.runner.remeasure import forget_timings
 
-        dropped = forget_noisy_timings(config, runner.workspace.db_path, runner.cache)
-        console.print(f"re-measuring {len(dropped)} point(s) flagged noisy (their cached "
-                      "timings were dropped; compiled modules are reused)")
+        dropped = forget_timings(config, runner.workspace.db_path, runner.cache,
+                                 only_noisy=args.remeasure_noisy)
+        runner.timing_source = "remeasure"
+        which = "flagged noisy " if args.remeasure_noisy else ""
+        console.print(f"re-measuring {len(dropped)} point(s) {which}in fresh timing workers "
+                      "(their cached timings were dropped; compiled modules are reused; "
+                      "earlier timing runs stay in the history)")
     report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
     if report.interrupted:
         return 130
@@ -222,7 +229,7 @@ def cmd_results(args: argparse.Namespace) -> int:
             n = store.export_csv(_file_arg(Path(args.csv), "--csv"), rows)
             console.print(f"wrote {n} rows to {args.csv}")
         if args.json:
-            print(json.dumps(rows, indent=1, default=str))
+            print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
         else:
             console.print(results_table(rows, title=f"results in {ws.db_path} ({len(rows)} rows)"))
     return 0
@@ -313,9 +320,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failing point")
     p.add_argument("--retry-failed", action="store_true",
                    help="run only the points that failed before")
+    p.add_argument("--remeasure", action="store_true",
+                   help="time every measured point again in fresh timing workers, reusing "
+                        "the compiled modules; every timing run is kept, and the rows' "
+                        "figures and intervals cover all of them")
     p.add_argument("--remeasure-noisy", action="store_true",
-                   help="time again the points whose stored timing is flagged noisy (busy "
-                        "machine or dispersed samples), reusing their compiled modules")
+                   help="time again only the points flagged noisy (busy machine or a wide "
+                        "confidence interval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this process (default); ray: stages as tasks on a Ray "

@@ -29,8 +29,11 @@ budgets:
   finetune_epochs: 1
   data_fraction: 0.25
   batch_size: 64
-  measure_repeat: 5
+  measure_repeat: 6
   verify_samples: 4
+  timing_rounds: 2
+  placement_wait_s: 0
+  noise_budget_s: 1
 """
 
 
@@ -51,24 +54,29 @@ def tiny_model() -> Iterator[None]:
     yield
 
 
-#: Seconds a test's measurement may wait for a quiet machine. The suite runs beside other
-#: suites on 2-core machines, where the default budget (20 s per point) would be spent at
-#: nearly every measured point; the suite's timings are not results, only the flags are
-#: checked. Tests of the waiting itself pass their own policy to `collect_samples`.
+#: Seconds a test's timing group may wait for a quiet machine or for near placement. The
+#: suite runs beside other suites on 2-core machines, where the default budgets (20 s for
+#: quiet, 60 s for placement, per group) would be spent at nearly every group; the suite's
+#: timings are not results, only their flags are checked. Tests of the waiting itself
+#: build their own `RoundsPolicy`. (Ray tasks run in other processes: their sweeps set
+#: these budgets in the config, as TINY_SWEEP does.)
 TEST_NOISE_BUDGET_S = 1.0
 
 
 @pytest.fixture(autouse=True)
-def _short_noise_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlas.measure.sampling import NoisePolicy
+def _short_timing_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dlas.runner import timing
 
-    real = NoisePolicy.from_budgets.__func__  # type: ignore[attr-defined]
+    real = timing.rounds_policy
 
-    def capped(cls: type[NoisePolicy], budgets: object, *, retake_on_cv: bool) -> NoisePolicy:
-        policy = real(cls, budgets, retake_on_cv=retake_on_cv)
-        return dataclasses.replace(policy, budget_s=min(policy.budget_s, TEST_NOISE_BUDGET_S))
+    def capped(point: object) -> timing.RoundsPolicy:
+        policy = real(point)  # type: ignore[arg-type]
+        return dataclasses.replace(
+            policy, placement_budget_s=0.0,
+            noise_budget_s=min(policy.noise_budget_s, TEST_NOISE_BUDGET_S),
+            min_rounds=min(policy.min_rounds, 3))
 
-    monkeypatch.setattr(NoisePolicy, "from_budgets", classmethod(capped))
+    monkeypatch.setattr(timing, "rounds_policy", capped)
 
 
 @pytest.fixture(scope="session")

@@ -19,27 +19,27 @@ def test_every_algorithm_runs_in_a_sweep(tmp_path: Path, shared_cache: Path) -> 
     report = Runner(Workspace(tmp_path, shared_cache), progress=False).run(parse_config(text))
     assert (report.points, report.failed) == (12, 0)
     with ResultStore(tmp_path / "results.db") as store:
-        rows = {(r["config"]["choices"]["compression"]["name"], r["algorithm"]): r
+        rows = {(r.config["choices"]["compression"]["name"], r.algorithm): r
                 for r in store.rows()}
 
     for algorithm in ALGORITHMS:
         pruned = rows[("weight_pruning", algorithm)]
-        assert pruned["status"] == "ok", pruned["error"]
-        assert pruned["verified"] == 1 and pruned["top1_agreement"] == 1.0
+        assert pruned.status == "ok", pruned.error
+        assert pruned.verified == 1 and pruned.top1_agreement == 1.0
         dense = rows[("none", algorithm)]
         if algorithm.endswith("_csr"):
-            assert dense["status"] == "not_runnable"
-            assert "CSR needs a compression that leaves zero weights" in dense["error"]
+            assert dense.status == "not_runnable"
+            assert "CSR needs a compression that leaves zero weights" in dense.error
         else:
-            assert dense["status"] == "ok", dense["error"]
+            assert dense.status == "ok", dense.error
     # tiny_cnn has a depthwise conv: spatial pack computes it with its documented fallback
     for algorithm, fallback in [("spatial_pack", "direct"), ("spatial_pack_csr", "direct_csr")]:
-        lines = rows[("weight_pruning", algorithm)]["conv_fallbacks"]
+        lines = rows[("weight_pruning", algorithm)].conv_fallbacks
         assert len(lines) == 1 and lines[0].endswith(f"computed with {fallback}")
-    assert rows[("weight_pruning", "gemm")]["conv_fallbacks"] == []
+    assert rows[("weight_pruning", "gemm")].conv_fallbacks == []
     # where each compile's time went (import: the shared import stage's seconds)
     for row in rows.values():
-        if row["status"] == "ok":
-            phases = row["compile_phases"]
+        if row.status == "ok":
+            phases = row.compile_phases
             assert list(phases) == ["import", "lower", "fold", "schedule", "codegen", "export"]
             assert all(seconds >= 0 for seconds in phases.values())

@@ -126,32 +126,32 @@ def test_baselines_recorded_verified_timed_once_each_then_reused(tmp_path: Path)
     recorded = rows(tmp_path)
     by_tuning: dict[str, list[dict]] = {}
     for r in recorded:
-        by_tuning.setdefault(r["tuning"], []).append(r)
+        by_tuning.setdefault(r.tuning, []).append(r)
     assert len(by_tuning["none"]) == 2
     (pt,) = by_tuning["pytorch"]  # exactly one row per baseline, not per algorithm
     (ort,) = by_tuning["onnxruntime"]
     tvm = by_tuning["none"][0]
     for r, runtime in ((pt, "pytorch"), (ort, "onnxruntime")):
-        assert r["status"] == "ok" and r["verified"] == 1, r.get("error")
-        assert r["algorithm"] == runtime
-        assert r["verification_reference"] == "pytorch" and r["max_abs_diff"] < 1e-3
-        assert r["top1_agreement"] == 1.0
-        assert r["threads"] == 1 and r["runtime_info"]["threads"] == 1
-        assert r["runtime_info"]["runtime"] == runtime and r["runtime_info"]["version"]
-        assert len(r["latency_samples_ms"]) == 5
-        assert 0 < r["latency_min_ms"] <= r["latency_median_ms"] <= r["latency_max_ms"]
-        assert r["latency_median_ms"] == pytest.approx(np.median(r["latency_samples_ms"]))
-        assert r["latency_cv"] == pytest.approx(
-            np.std(r["latency_samples_ms"]) / np.mean(r["latency_samples_ms"]))
-        assert r["noisy"] in (0, 1)
-        assert r["accuracy"] == tvm["accuracy"] and r["accuracy_source"] == "pytorch"
-        assert r["compile_s"] is None and r["conv_fallbacks"] is None
-        assert r["stage_seconds"]["baseline"] >= 0
-    assert ort["runtime_info"]["inter_op_threads"] == 1
-    assert ort["runtime_info"]["execution_mode"] == "sequential"
-    assert ort["runtime_info"]["providers"] == ["CPUExecutionProvider"]
-    assert ort["runtime_info"]["model"].startswith("float32 ONNX export")
-    assert pt["runtime_info"]["dtype"] == "float32"
+        assert r.status == "ok" and r.verified == 1, r.error
+        assert r.algorithm == runtime
+        assert r.verification_reference == "pytorch" and r.max_abs_diff < 1e-3
+        assert r.top1_agreement == 1.0
+        assert r.threads == 1 and r["runtime_info"].threads == 1
+        assert r.runtime_info["runtime"] == runtime and r.runtime_info["version"]
+        assert len(r.latency_samples_ms) == 5
+        assert 0 < r.latency_min_ms <= r.latency_median_ms <= r.latency_max_ms
+        assert r.latency_median_ms == pytest.approx(np.median(r.latency_samples_ms))
+        assert r.latency_cv == pytest.approx(
+            np.std(r.latency_samples_ms) / np.mean(r.latency_samples_ms))
+        assert r.noisy in (0, 1)
+        assert r.accuracy == tvm.accuracy and r.accuracy_source == "pytorch"
+        assert r.compile_s is None and r.conv_fallbacks is None
+        assert r.stage_seconds["baseline"] >= 0
+    assert ort.runtime_info["inter_op_threads"] == 1
+    assert ort.runtime_info["execution_mode"] == "sequential"
+    assert ort.runtime_info["providers"] == ["CPUExecutionProvider"]
+    assert ort["runtime_info"].model.startswith("float32 ONNX export")
+    assert pt.runtime_info["dtype"] == "float32"
 
     second = run(text, tmp_path)
     assert second.ok == 4 and second.recomputed_nothing
@@ -165,7 +165,7 @@ def test_baselines_recorded_verified_timed_once_each_then_reused(tmp_path: Path)
     assert cmp.runtimes == ["onnxruntime", "pytorch"] and len(cmp.rows) == 2
     for r in cmp.rows:
         assert r.ratio("onnxruntime") == pytest.approx(
-            r.variant.latency_ms / ort["latency_median_ms"])
+            r.variant.latency_ms / ort.latency_median_ms)
     cells = next(iter(next(iter(speed_cells(points).values())).values()))
     assert {alg for _, alg in cells} == {"direct", "gemm"}
 
@@ -174,19 +174,19 @@ def test_int8_onnxruntime_baseline_runs_the_quantized_model(tmp_path: Path) -> N
     report = run(sweep(compression=["int8"], tuning="[pytorch, onnxruntime]"), tmp_path)
     assert (report.ok, report.not_runnable, report.failed) == (1, 1, 0)
     assert report.computed["compile"] == 0  # no TVM variant in this sweep
-    by_tuning = {r["tuning"]: r for r in rows(tmp_path)}
+    by_tuning = {r.tuning: r for r in rows(tmp_path)}
     ort, pt = by_tuning["onnxruntime"], by_tuning["pytorch"]
-    assert ort["status"] == "ok" and ort["verified"] == 1 and ort["precision"] == "int8"
-    assert ort["verification_reference"] == "qdq"  # the literal QDQ function
-    assert ort["runtime_info"]["model"] == "int8 QDQ model from the compress stage"
-    assert ort["accuracy"] == ort["ort_accuracy"] and ort["accuracy_source"] == "onnxruntime"
+    assert ort.status == "ok" and ort.verified == 1 and ort.precision == "int8"
+    assert ort.verification_reference == "qdq"  # the literal QDQ function
+    assert ort["runtime_info"].model == "int8 QDQ model from the compress stage"
+    assert ort.accuracy == ort.ort_accuracy and ort.accuracy_source == "onnxruntime"
     # the very bytes the compress stage quantized
     point = next(p for p in expand(parse_config(
         sweep(compression=["int8"], tuning="[onnxruntime]"))))
     keys, cache = stage_keys(point), Cache(tmp_path / "cache")
     assert (cache.path("baseline", keys.baseline) / ONNX_FILE).read_bytes() == (
         cache.path("compress", keys.compress) / QUANTIZED_ONNX).read_bytes()
-    assert pt["status"] == "not_runnable" and "int8 QDQ" in pt["error"]
+    assert pt.status == "not_runnable" and "int8 QDQ" in pt.error
 
 
 @pytest.fixture
@@ -227,13 +227,13 @@ def test_a_wrong_peer_fails_verification_and_an_unable_one_says_why(
         tmp_path: Path, shared_cache: Path, odd_baselines: list[str]) -> None:
     report = run(sweep(tuning=f"[{', '.join(odd_baselines)}]"), tmp_path, shared_cache)
     assert (report.verification_failed, report.not_runnable) == (1, 1)
-    by_tuning = {r["tuning"]: r for r in rows(tmp_path)}
+    by_tuning = {r.tuning: r for r in rows(tmp_path)}
     wrong, unable = by_tuning["test_wrong_peer"], by_tuning["test_unable_peer"]
-    assert wrong["status"] == "verification_failed" and wrong["verified"] == 0
-    assert "test_wrong_peer" in wrong["error"] and "differs from PyTorch" in wrong["error"]
-    assert wrong["latency_median_ms"] is None  # a wrong peer is never reported as a time
-    assert unable["status"] == "not_runnable" and unable["error_stage"] == "baseline"
-    assert "no kernels at all" in unable["error"]
+    assert wrong.status == "verification_failed" and wrong.verified == 0
+    assert "test_wrong_peer" in wrong.error and "differs from PyTorch" in wrong.error
+    assert wrong.latency_median_ms is None  # a wrong peer is never reported as a time
+    assert unable.status == "not_runnable" and unable.error_stage == "baseline"
+    assert "no kernels at all" in unable.error
     again = run(sweep(tuning=f"[{', '.join(odd_baselines)}]"), tmp_path, shared_cache)
     assert again.computed["baseline"] == 0 and again.not_runnable == 1
 
@@ -243,7 +243,7 @@ def test_a_wrong_peer_fails_verification_and_an_unable_one_says_why(
 
 def baseline_row(runtime: str, ms: float, **kw) -> dict:
     r = row(algorithm=runtime, tuning=runtime, ms=ms, **kw)
-    r["config"]["choices"]["algorithms"]["version"] = "baseline"
+    r.config["choices"]["algorithms"]["version"] = "baseline"
     return r
 
 

@@ -49,9 +49,9 @@ def test_store_upsert_replaces_whole_row_and_exports_csv(tmp_path: Path) -> None
         store.upsert({"point_key": "p", "status": "ok", "latency_median_ms": 1.5,
                       "latency_samples_ms": [1.0, 1.5, 2.0]})
         row = store.get("p")
-        assert row["status"] == "ok" and row["error"] is None
-        assert row["latency_samples_ms"] == [1.0, 1.5, 2.0]
-        assert row["created_at"] == first["created_at"]
+        assert row.status == "ok" and row.error is None
+        assert row.latency_samples_ms == [1.0, 1.5, 2.0]
+        assert row.created_at == first.created_at
         assert store.export_csv(tmp_path / "r.csv") == 1
         assert "latency_median_ms" in (tmp_path / "r.csv").read_text().splitlines()[0]
         with pytest.raises(ValueError, match="status must be one of"):
@@ -74,6 +74,6 @@ def test_older_database_gains_the_precision_columns(tmp_path: Path) -> None:
                       "ort_accuracy": 0.8, "verification_reference": "onnxruntime",
                       "fp32_top1_agreement": 0.95, "fp32_max_abs_diff": 0.1})
         old, new = store.get("old"), store.get("new")
-    assert old["accuracy"] == 0.9 and old["precision"] is None
-    assert new["accuracy"] is None and new["compression_ratio"] == 4.0
-    assert new["ort_accuracy"] == 0.8 and new["verification_reference"] == "onnxruntime"
+    assert old.accuracy == 0.9 and old.precision is None
+    assert new.accuracy is None and new.compression_ratio == 4.0
+    assert new.ort_accuracy == 0.8 and new.verification_reference == "onnxruntime"

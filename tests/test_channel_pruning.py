@@ -259,13 +259,13 @@ def test_channel_pruned_models_compile_and_verify_through_tvm(tmp_path) -> None:
         "  - none", f"  - name: channel_pruning\n{params}\n"
                     f"  - name: channel_pruning_physical\n{params}")
     report = Runner(Workspace(tmp_path), progress=False).run(parse_config(text))
-    assert report.ok == 2, [r.get("error") for r in report.rows]
+    assert report.ok == 2, [r.error for r in report.rows]
     with ResultStore(tmp_path / "results.db") as store:
-        rows = {"physical" in r["compression"]: r for r in store.rows()}
+        rows = {"physical" in r.compression: r for r in store.rows()}
     masked, physical = rows[False], rows[True]
     for row in (masked, physical):
-        assert row["verified"] == 1 and row["top1_agreement"] == 1.0
-        assert row["compression_info"]["chosen_level"] == 0.9
-    assert physical["params"] < masked["params"]
-    assert physical["macs"] < masked["macs"]
-    assert physical["accuracy"] == pytest.approx(masked["accuracy"])
+        assert row.verified == 1 and row.top1_agreement == 1.0
+        assert row.compression_info["chosen_level"] == 0.9
+    assert physical.params < masked.params
+    assert physical.macs < masked.macs
+    assert physical.accuracy == pytest.approx(masked.accuracy)

@@ -22,18 +22,18 @@ from tests.conftest import tiny_sweep
 
 def test_latency_columns_statistics_cv_and_noise_flag() -> None:
     steady = latency_columns([2.0, 2.0, 2.0], cv_threshold=0.05)
-    assert steady["latency_median_ms"] == 2.0 and steady["latency_cv"] == 0.0
-    assert steady["noisy"] == 0
+    assert steady.latency_median_ms == 2.0 and steady.latency_cv == 0.0
+    assert steady.noisy == 0
     samples = [1.0, 2.0, 3.0, 10.0]
     cols = latency_columns(samples, cv_threshold=0.05)
-    assert cols["latency_samples_ms"] == samples  # every sample is stored
-    assert cols["latency_median_ms"] == 2.5 and cols["latency_min_ms"] == 1.0
-    assert cols["latency_cv"] == pytest.approx(np.std(samples) / np.mean(samples))
-    assert cols["noisy"] == 1 and cols["noise_reason"] == "cv 88% > 5%"
-    assert (cols["latency_q1_ms"], cols["latency_q3_ms"]) == (1.75, 4.75)
-    assert cols["load_retries"] is None and cols["noise_log"] is None  # not recorded: unknown
-    assert latency_columns(samples, cv_threshold=10.0)["noisy"] == 0
-    assert latency_columns([1.0, 1.001], cv_threshold=0.0)["noisy"] == 1
+    assert cols.latency_samples_ms == samples  # every sample is stored
+    assert cols.latency_median_ms == 2.5 and cols.latency_min_ms == 1.0
+    assert cols.latency_cv == pytest.approx(np.std(samples) / np.mean(samples))
+    assert cols.noisy == 1 and cols.noise_reason == "cv 88% > 5%"
+    assert (cols.latency_q1_ms, cols.latency_q3_ms) == (1.75, 4.75)
+    assert cols.load_retries is None and cols.noise_log is None  # not recorded: unknown
+    assert latency_columns(samples, cv_threshold=10.0).noisy == 0
+    assert latency_columns([1.0, 1.001], cv_threshold=0.0).noisy == 1
     with pytest.raises(ValueError, match="at least one sample"):
         latency_columns([], 0.05)
 
@@ -80,11 +80,11 @@ def test_noisy_points_are_flagged_and_a_new_threshold_recomputes_nothing(
     first = run(text, tmp_path, shared_cache)
     assert first.ok == 2
     for row in first.rows:
-        cv = np.std(row["latency_samples_ms"]) / np.mean(row["latency_samples_ms"])
-        assert row["latency_cv"] == pytest.approx(cv)
+        cv = np.std(row.latency_samples_ms) / np.mean(row.latency_samples_ms)
+        assert row.latency_cv == pytest.approx(cv)
         # on a machine other suites share, samples may have been timed under load
-        assert row["noisy"] == int(cv > 0.05 or row["loaded_samples"] > 0)
-        assert row["noise_log"]["probe"]["kind"] == "cpu time of other processes"
+        assert row.noisy == int(cv > 0.05 or row["loaded_samples"] > 0)
+        assert row.noise_log["probe"]["kind"] == "cpu time of other processes"
     capsys.readouterr()
 
     # forced noisy: any variation at all exceeds a zero threshold
@@ -96,8 +96,8 @@ def test_noisy_points_are_flagged_and_a_new_threshold_recomputes_nothing(
         stored = store.rows()
     assert len(stored) == 2  # the same points, their rows rewritten
     for row in stored:
-        assert row["latency_cv"] > 0 and row["noisy"] == 1
-        assert f"noisy (cv {row['latency_cv']:.0%} > 0%" in out
+        assert row.latency_cv > 0 and row.noisy == 1
+        assert f"noisy (cv {row.latency_cv:.0%} > 0%" in out
     assert "noisy" in out.split("results of this sweep")[1]  # the results table shows it
 
 
@@ -111,9 +111,9 @@ def test_older_database_gains_the_noise_columns(tmp_path: Path) -> None:
         store.upsert({"point_key": "new", "status": "ok", **latency_columns([1.0, 3.0], 0.05),
                       "runtime_info": {"runtime": "onnxruntime", "threads": 2}})
         old, new = store.get("old"), store.get("new")
-    assert old["latency_cv"] is None and old["noisy"] is None
-    assert new["latency_cv"] == pytest.approx(0.5) and new["noisy"] == 1
-    assert new["runtime_info"] == {"runtime": "onnxruntime", "threads": 2}
+    assert old.latency_cv is None and old.noisy is None
+    assert new.latency_cv == pytest.approx(0.5) and new.noisy == 1
+    assert new.runtime_info == {"runtime": "onnxruntime", "threads": 2}
 
 
 def forced_load(monkeypatch: pytest.MonkeyPatch, cores: float,
@@ -153,10 +153,10 @@ def test_a_busy_machine_flags_tvm_and_baseline_rows_and_says_so(
     assert "machine busy: other processes used 2.00 cores" in out
     assert "retry budget (5 re-takes, 0.3 s) is spent" in out
     for row in report.rows:
-        assert row["noisy"] == 1 and row["loaded_samples"] == row["measure_repeat"] == 7
-        assert row["load_other_cores"] == pytest.approx(2.0, abs=0.05)
-        assert "7 of 7 samples taken on a busy machine" in row["noise_reason"]
-        assert row["latency_q1_ms"] <= row["latency_median_ms"] <= row["latency_q3_ms"]
+        assert row.noisy == 1 and row["loaded_samples"] == row.measure_repeat == 7
+        assert row.load_other_cores == pytest.approx(2.0, abs=0.05)
+        assert "7 of 7 samples taken on a busy machine" in row.noise_reason
+        assert row.latency_q1_ms <= row.latency_median_ms <= row.latency_q3_ms
     assert "busy machine" in out.split("results of this sweep")[1]
 
 
@@ -166,13 +166,13 @@ def test_load_that_passes_is_waited_out_and_the_row_is_clean(
     text = tiny_sweep().replace("verify_samples: 4", "verify_samples: 4\n  cv_threshold: 10")
     text = text.replace("measure_repeat: 5", "measure_repeat: 6")  # measured here, not reused
     quiet = run(text, tmp_path / "quiet", shared_cache).rows[0]
-    assert (quiet["load_retries"], quiet["loaded_samples"], quiet["noisy"]) == (0, 0, 0)
+    assert (quiet.load_retries, quiet["loaded_samples"], quiet.noisy) == (0, 0, 0)
 
     forced_load(monkeypatch, cores=2.0, busy_windows=1)  # busy for the first chunk only
     text = text.replace("measure_repeat: 6", "measure_repeat: 8")  # a new measurement
     row = run(text, tmp_path / "busy", shared_cache).rows[0]
-    assert row["load_retries"] >= 1 and row["loaded_samples"] == 0 and row["noisy"] == 0
-    assert row["noise_log"]["events"][0]["event"] == "retaken"
+    assert row.load_retries >= 1 and row["loaded_samples"] == 0 and row.noisy == 0
+    assert row.noise_log["events"][0]["event"] == "retaken"
 
 
 def test_remeasure_noisy_times_flagged_points_again_without_recompiling(
@@ -190,7 +190,7 @@ def test_remeasure_noisy_times_flagged_points_again_without_recompiling(
     assert main(args) == 0
     with ResultStore(tmp_path / "ws" / "results.db") as store:
         (busy,) = store.rows()
-    assert busy["noisy"] == 1 and busy["loaded_samples"] == 9
+    assert busy.noisy == 1 and busy["loaded_samples"] == 9
 
     assert main(args) == 0  # a plain re-run reuses the noisy timing
     capsys.readouterr()
@@ -201,7 +201,7 @@ def test_remeasure_noisy_times_flagged_points_again_without_recompiling(
     assert "compile   reused" in out and "measure   computing" in out
     with ResultStore(tmp_path / "ws" / "results.db") as store:
         (quiet,) = store.rows()
-    assert (quiet["noisy"], quiet["loaded_samples"]) == (0, 0)
-    assert quiet["point_key"] == busy["point_key"]
+    assert (quiet.noisy, quiet["loaded_samples"]) == (0, 0)
+    assert quiet.point_key == busy.point_key
     assert main([*args, "--remeasure-noisy"]) == 0  # nothing noisy left: nothing dropped
     assert "re-measuring 0 point(s)" in capsys.readouterr().out

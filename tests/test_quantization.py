@@ -374,35 +374,35 @@ def test_sweep_records_accuracy_of_the_compiled_models(tmp_path: Path,
                                                        shared_cache: Path) -> None:
     runner = Runner(Workspace(tmp_path, shared_cache), progress=False)
     report = runner.run(parse_config(SWEEP))
-    assert report.ok == 4, [r.get("error") for r in report.rows]
+    assert report.ok == 4, [r.error for r in report.rows]
     with ResultStore(tmp_path / "results.db") as store:
-        rows = {r["compression"]: r for r in store.rows()}
+        rows = {r.compression: r for r in store.rows()}
     dense, fp16 = rows["none"], rows["float16"]
     calibrated, uncalibrated = rows["int8"], rows["int8_uncalibrated"]
-    assert dense["accuracy_source"] == "pytorch" and dense["precision"] == "float32"
-    assert dense["accuracy"] > 0.6 and dense["ort_accuracy"] is None
+    assert dense.accuracy_source == "pytorch" and dense.precision == "float32"
+    assert dense.accuracy > 0.6 and dense.ort_accuracy is None
 
-    assert (fp16["precision"], fp16["accuracy_source"]) == ("float16", "tvm")
-    assert fp16["compression_ratio"] == 2.0 and fp16["ort_accuracy"] is None
-    assert fp16["accuracy"] == pytest.approx(dense["accuracy"], abs=0.02)
-    assert fp16["verification_reference"] == "pytorch" and fp16["verified"] == 1
-    assert fp16["size_bytes"] < dense["size_bytes"]
+    assert (fp16.precision, fp16.accuracy_source) == ("float16", "tvm")
+    assert fp16.compression_ratio == 2.0 and fp16.ort_accuracy is None
+    assert fp16.accuracy == pytest.approx(dense.accuracy, abs=0.02)
+    assert fp16.verification_reference == "pytorch" and fp16.verified == 1
+    assert fp16.size_bytes < dense.size_bytes
 
     for row in (calibrated, uncalibrated):
-        assert row["status"] == "ok" and row["verified"] == 1
-        assert (row["precision"], row["accuracy_source"]) == ("int8", "tvm")
-        assert row["compression_ratio"] == 4.0
-        assert row["verification_reference"] == "qdq"
-        assert row["conv_fallbacks"] == []
+        assert row.status == "ok" and row.verified == 1
+        assert (row.precision, row.accuracy_source) == ("int8", "tvm")
+        assert row.compression_ratio == 4.0
+        assert row.verification_reference == "qdq"
+        assert row.conv_fallbacks == []
         # TVM and ONNX Runtime run the same quantized model: same predictions
-        assert row["accuracy"] == pytest.approx(row["ort_accuracy"], abs=0.01)
-        assert row["compression_info"]["reduce_range"] is not has_vnni()
-        assert row["compression_info"]["reduce_range_reason"].startswith("auto: ")
-        assert row["fp32_top1_agreement"] is not None and row["fp32_max_abs_diff"] > 0
-    assert calibrated["compression_info"]["calibrated"] is True
-    assert uncalibrated["compression_info"]["calibrated"] is False
-    assert calibrated["accuracy"] >= dense["accuracy"] - 0.05
-    assert calibrated["fp32_top1_agreement"] >= 0.75
+        assert row.accuracy == pytest.approx(row.ort_accuracy, abs=0.01)
+        assert row.compression_info["reduce_range"] is not has_vnni()
+        assert row.compression_info["reduce_range_reason"].startswith("auto: ")
+        assert row.fp32_top1_agreement is not None and row.fp32_max_abs_diff > 0
+    assert calibrated.compression_info["calibrated"] is True
+    assert uncalibrated.compression_info["calibrated"] is False
+    assert calibrated.accuracy >= dense.accuracy - 0.05
+    assert calibrated.fp32_top1_agreement >= 0.75
 
 
 INT8_SWEEP = """
@@ -427,20 +427,20 @@ def test_int8_point_verifies_on_cpus_with_and_without_vnni(
     runner = Runner(Workspace(tmp_path, shared_cache), progress=False)
     runner.run(parse_config(INT8_SWEEP))
     with ResultStore(tmp_path / "results.db") as store:
-        rows = {r["tuning"]: r for r in store.rows()}
+        rows = {r.tuning: r for r in store.rows()}
     tvm, ort = rows["none"], rows["onnxruntime"]
-    assert tvm["status"] == "ok", tvm.get("error")
+    assert tvm.status == "ok", tvm.error
     for row in (tvm, ort):
-        assert row["verification_reference"] == "qdq"
-        assert row["compression_info"]["reduce_range"] is (cpu == "without_vnni")
+        assert row.verification_reference == "qdq"
+        assert row.compression_info["reduce_range"] is (cpu == "without_vnni")
     if cpu == "with_vnni" and not really_vnni:
         # 8-bit weights on a CPU that really lacks VNNI: ONNX Runtime's fused kernels
         # compute another function, and the baseline says so instead of timing it
-        assert ort["status"] == "verification_failed", ort
+        assert ort.status == "verification_failed", ort
         return
-    assert ort["status"] == "ok" and ort["verified"] == 1, ort.get("error")
-    assert ort["accuracy_source"] == "onnxruntime" and ort["accuracy"] is not None
-    assert tvm["accuracy"] == pytest.approx(ort["accuracy"], abs=0.01)
+    assert ort.status == "ok" and ort.verified == 1, ort.error
+    assert ort.accuracy_source == "onnxruntime" and ort.accuracy is not None
+    assert tvm.accuracy == pytest.approx(ort.accuracy, abs=0.01)
 
 
 def test_convs_outside_the_deployed_precision_are_reported() -> None:

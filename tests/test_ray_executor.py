@@ -65,7 +65,7 @@ def ray_run(root: Path):
 
 def rows(root: Path) -> dict[str, dict]:
     with ResultStore(root / "results.db") as store:
-        return {r["point_key"]: r for r in store.rows()}
+        return {r.point_key: r for r in store.rows()}
 
 
 def entries(root: Path) -> set[tuple[str, str]]:
@@ -85,9 +85,9 @@ def test_a_ray_sweep_gives_the_local_outcome(cluster, tmp_path: Path) -> None:
     assert got.keys() == want.keys()  # same points
     assert entries(tmp_path / "ray") == entries(tmp_path / "local")  # same stage keys
     for key, row in got.items():
-        assert row["status"] == want[key]["status"] == "ok"
-        assert row["verified"] == want[key]["verified"] == 1
-        assert row["backend"] == "tvm" and row["weight_format"] == "dense"
+        assert row.status == want[key].status == "ok"
+        assert row.verified == want[key].verified == 1
+        assert row.backend == "tvm" and row.weight_format == "dense"
     for ref in (tmp_path / "ray" / "cache" / "import").glob("*/reference.npz"):
         other = tmp_path / "local" / "cache" / "import" / ref.parent.name / "reference.npz"
         with np.load(ref) as a, np.load(other) as b:  # same training, same function

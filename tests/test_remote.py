@@ -45,15 +45,15 @@ def test_sweep_point_measured_on_the_board(rpc_board: RPCBoard, tmp_path: Path, 
     report = run(sweep("remote", remote_target(rpc_board)), tmp_path, shared_cache)
     assert (report.ok, report.failed) == (1, 0), report.rows
     row = rows(tmp_path)[0]
-    assert row["status"] == "ok" and row["verified"] == 1
-    assert row["top1_agreement"] == 1.0 and row["max_abs_diff"] < 1e-3
-    assert len(row["latency_samples_ms"]) == 5 and row["latency_median_ms"] > 0
-    assert row["threads"] == 1  # the board's pool, as the target asked
+    assert row.status == "ok" and row.verified == 1
+    assert row.top1_agreement == 1.0 and row.max_abs_diff < 1e-3
+    assert len(row.latency_samples_ms) == 5 and row.latency_median_ms > 0
+    assert row.threads == 1  # the board's pool, as the target asked
     assert report.computed["measure"] == 1
     # this machine cannot see the board's load: no probe; dispersion decides re-takes
-    noise = row["noise_log"]
+    noise = row.noise_log
     assert noise["probe"] is None and noise["budget"]["retake_on_cv"] is True
-    assert row["load_other_cores"] is None and row["loaded_samples"] == 0
+    assert row.load_other_cores is None and row["loaded_samples"] == 0
     assert len(noise["sets"]) == 1 + sum(e["event"] == "set_retaken" for e in noise["events"])
 
     again = run(sweep("remote", remote_target(rpc_board)), tmp_path, shared_cache)
@@ -66,10 +66,10 @@ def test_unreachable_tracker_is_a_failed_point_and_the_sweep_goes_on(
     report = run(sweep("unreachable", remote_target(nowhere), "  - host"), tmp_path,
                  shared_cache)
     assert (report.failed, report.ok) == (1, 1)
-    failed = next(r for r in rows(tmp_path) if r["status"] == "failed")
-    assert failed["error_stage"] == "measure"
-    assert f"127.0.0.1:{nowhere.port}" in failed["error"]
-    assert "tvm.exec.rpc_tracker" in failed["error"]  # how to start one
+    failed = next(r for r in rows(tmp_path) if r.status == "failed")
+    assert failed.error_stage == "measure"
+    assert f"127.0.0.1:{nowhere.port}" in failed.error
+    assert "tvm.exec.rpc_tracker" in failed.error  # how to start one
 
 
 def test_no_free_device_is_a_failed_point(rpc_tracker_only: RPCBoard,  # noqa: F811
@@ -78,10 +78,10 @@ def test_no_free_device_is_a_failed_point(rpc_tracker_only: RPCBoard,  # noqa: F
                  tmp_path, shared_cache)
     assert report.failed == 1
     failed = rows(tmp_path)[0]
-    assert failed["error_stage"] == "measure"
-    assert "NoFreeDevice" in failed["error"]
-    assert f"'{rpc_tracker_only.key}'" in failed["error"]
-    assert "no server registered" in failed["error"]  # what the tracker reports
+    assert failed.error_stage == "measure"
+    assert "NoFreeDevice" in failed.error
+    assert f"'{rpc_tracker_only.key}'" in failed.error
+    assert "no server registered" in failed.error  # what the tracker reports
 
 
 def test_request_errors_name_the_tracker_and_key(rpc_tracker_only: RPCBoard) -> None:  # noqa: F811

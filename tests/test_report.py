@@ -11,7 +11,8 @@ import pytest
 
 from dlas.cli import main
 from dlas.report import build_report
-from dlas.report.data import derive_ratio, latest_per_label, load_points, point_from_row
+from dlas.report.data import derive_ratio, latest_per_label, load_points
+from dlas.report.data import point_from_row as _point_from_row
 from dlas.report.experiments import load_experiment
 from dlas.report.observations import (
     HELD,
@@ -38,7 +39,7 @@ from dlas.report.tables import (
     speed_cells,
     speed_tables,
 )
-from dlas.results.store import COLUMNS, ResultStore
+from dlas.results.store import COLUMNS, ResultRow, ResultStore
 
 _keys = itertools.count()
 XEON = {"cpu": {"model": "Test Xeon", "flags": ["avx512f", "avx512_vnni", "sse2"], "cores": 2,
@@ -81,7 +82,7 @@ def make_db(path: Path, rows: list[dict[str, Any]]) -> Path:
     with ResultStore(path) as store:
         for r in rows:
             extra = {k: v for k, v in r.items() if k not in COLUMNS}
-            store.upsert({k: v for k, v in r.items() if k in COLUMNS})
+            store.upsert(as_row(r))
             existing = {c["name"] for c in store.conn.execute("PRAGMA table_info(points)")}
             for name, value in extra.items():
                 if name not in existing:
@@ -90,6 +91,17 @@ def make_db(path: Path, rows: list[dict[str, Any]]) -> Path:
                                    (value, r["point_key"]))
             store.conn.commit()
     return path
+
+
+def as_row(r: dict[str, Any] | ResultRow) -> ResultRow:
+    """A test's row dict as the typed row the store returns (columns only)."""
+    if isinstance(r, ResultRow):
+        return r
+    return ResultRow(**{k: v for k, v in r.items() if k in COLUMNS})
+
+
+def point_from_row(r: dict[str, Any] | ResultRow):  # noqa: ANN201
+    return _point_from_row(as_row(r))
 
 
 def points_of(rows: list[dict[str, Any]]):  # noqa: ANN201

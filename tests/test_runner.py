@@ -33,26 +33,26 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert first.computed["compress"] == first.computed["compile"] == 2
     assert first.computed["measure"] == 2
 
-    recorded = {r["compression"].split("(")[0]: r for r in rows(tmp_path)}
+    recorded = {r.compression.split("(")[0]: r for r in rows(tmp_path)}
     dense, pruned = recorded["none"], recorded["weight_pruning"]
     for row in (dense, pruned):
-        assert row["status"] == "ok" and row["verified"] == 1
-        assert row["top1_agreement"] == 1.0 and row["max_abs_diff"] < 1e-3
-        assert len(row["latency_samples_ms"]) == 5
-        assert 0 < row["latency_min_ms"] <= row["latency_median_ms"] <= row["latency_max_ms"]
-        assert 0.0 <= row["accuracy"] <= 1.0
-        assert row["macs"] > 0 and row["params"] > 0 and row["size_bytes"] > 0
-        assert row["environment"]["versions"]["apache-tvm"] == "0.27.0.post1"
-        assert row["config"]["budgets"]["measure_repeat"] == 5
-    assert dense["sparsity"] == pytest.approx(0.0)
-    assert pruned["sparsity"] == pytest.approx(0.9, abs=1e-3)
-    assert pruned["nonzero_params"] < dense["nonzero_params"]
-    assert [lvl["level"] for lvl in pruned["compression_info"]["levels"]] == [0.9]
-    assert pruned["compression_ratio"] == pytest.approx(10.0)  # the pruning's own value
-    assert dense["compression_ratio"] == 1.0
-    assert dense["precision"] == pruned["precision"] == "float32"
-    assert dense["accuracy_source"] == pruned["accuracy_source"] == "pytorch"
-    assert len(dense["train_history"]) == 1 and "val_acc" in dense["train_history"][0]
+        assert row.status == "ok" and row.verified == 1
+        assert row.top1_agreement == 1.0 and row.max_abs_diff < 1e-3
+        assert len(row.latency_samples_ms) == 5
+        assert 0 < row.latency_min_ms <= row.latency_median_ms <= row.latency_max_ms
+        assert 0.0 <= row.accuracy <= 1.0
+        assert row.macs > 0 and row.params > 0 and row.size_bytes > 0
+        assert row.environment["versions"]["apache-tvm"] == "0.27.0.post1"
+        assert row.config["budgets"]["measure_repeat"] == 5
+    assert dense.sparsity == pytest.approx(0.0)
+    assert pruned.sparsity == pytest.approx(0.9, abs=1e-3)
+    assert pruned.nonzero_params < dense.nonzero_params
+    assert [lvl["level"] for lvl in pruned.compression_info["levels"]] == [0.9]
+    assert pruned.compression_ratio == pytest.approx(10.0)  # the pruning's own value
+    assert dense.compression_ratio == 1.0
+    assert dense.precision == pruned.precision == "float32"
+    assert dense.accuracy_source == pruned.accuracy_source == "pytorch"
+    assert len(dense.train_history) == 1 and "val_acc" in dense.train_history[0]
 
     second = run(text, tmp_path)
     assert second.ok == 2 and second.recomputed_nothing
@@ -75,10 +75,10 @@ def test_failing_point_is_recorded_and_the_sweep_goes_on(
     text = tiny_sweep(compression=[broken_compression, "none"])
     report = run(text, tmp_path, shared_cache)
     assert (report.failed, report.ok) == (1, 1)
-    failed = next(r for r in rows(tmp_path) if r["status"] == "failed")
-    assert failed["error_stage"] == "compress"
-    assert "deliberately broken compression" in failed["error"]
-    assert "Traceback" in failed["traceback"]
+    failed = next(r for r in rows(tmp_path) if r.status == "failed")
+    assert failed.error_stage == "compress"
+    assert "deliberately broken compression" in failed.error
+    assert "Traceback" in failed.traceback
 
     again = run(text, tmp_path, shared_cache)  # the failure is not retried silently
     assert again.skipped_failed == 1 and again.ok == 1 and again.recomputed_nothing
@@ -152,13 +152,13 @@ def test_verification_catches_a_wrong_kernel(
     report = run(tiny_sweep(algorithms=[flipped_kernel_algorithm, "direct"]), tmp_path,
                  shared_cache)
     assert report.verification_failed == 1 and report.ok == 1
-    by_alg = {r["algorithm"]: r for r in rows(tmp_path)}
+    by_alg = {r.algorithm: r for r in rows(tmp_path)}
     wrong = by_alg[flipped_kernel_algorithm]
-    assert wrong["status"] == "verification_failed" and wrong["verified"] == 0
-    assert "differs from PyTorch" in wrong["error"]
-    assert wrong["max_abs_diff"] > 1e-2
-    assert wrong["latency_median_ms"] is None  # a wrong variant is never reported as a time
-    assert by_alg["direct"]["verified"] == 1
+    assert wrong.status == "verification_failed" and wrong.verified == 0
+    assert "differs from PyTorch" in wrong.error
+    assert wrong.max_abs_diff > 1e-2
+    assert wrong.latency_median_ms is None  # a wrong variant is never reported as a time
+    assert by_alg["direct"].verified == 1
 
 
 def test_missing_dataset_fails_its_points_with_where_it_looked(tmp_path: Path) -> None:
@@ -169,8 +169,8 @@ def test_missing_dataset_fails_its_points_with_where_it_looked(tmp_path: Path) -
     report = run(text, tmp_path)
     assert report.failed == 1
     (row,) = rows(tmp_path)
-    assert row["error_stage"] == "data"
-    assert "DatasetNotFoundError" in row["error"] and str(root) in row["error"]
+    assert row.error_stage == "data"
+    assert "DatasetNotFoundError" in row.error and str(root) in row.error
 
 
 def test_cifar10_and_mobilenetv2_run_through_tvm(tmp_path: Path, tiny_cifar: Path) -> None:
@@ -190,11 +190,11 @@ budgets: {{epochs: 1, finetune_epochs: 1, batch_size: 8, measure_repeat: 3,
           verify_samples: 4}}
 """
     report = run(text, tmp_path / "ws")
-    assert report.ok == 1, report.rows[0].get("error")
+    assert report.ok == 1, report.rows[0].error
     (row,) = rows(tmp_path / "ws")
-    assert row["verified"] == 1 and row["top1_agreement"] == 1.0
-    assert row["sparsity"] == pytest.approx(0.5, abs=1e-3)
-    assert row["conv_fallbacks"] == []
+    assert row.verified == 1 and row.top1_agreement == 1.0
+    assert row.sparsity == pytest.approx(0.5, abs=1e-3)
+    assert row.conv_fallbacks == []
 
 
 @pytest.fixture
@@ -264,18 +264,18 @@ def test_pretrained_model_without_weights_runs_but_has_no_accuracy(
                                    compression="none, int8, test_fine_tunes", epochs=1)
     report = run(text, tmp_path)
     assert (report.ok, report.failed) == (2, 1)
-    recorded = {r["compression"]: r for r in rows(tmp_path)}
+    recorded = {r.compression: r for r in rows(tmp_path)}
     for name in ("none", "int8"):  # timed and verified, never given a made-up accuracy
         row = recorded[name]
-        assert row["status"] == "ok" and row["verified"] == 1
-        assert row["accuracy"] is None and row["dense_accuracy"] is None
-        assert row["accuracy_source"] is None and row["ort_accuracy"] is None
-        assert row["train_history"] == [] and row["latency_median_ms"] > 0
-    assert recorded["int8"]["precision"] == "int8"
+        assert row.status == "ok" and row.verified == 1
+        assert row.accuracy is None and row.dense_accuracy is None
+        assert row.accuracy_source is None and row.ort_accuracy is None
+        assert row.train_history == [] and row.latency_median_ms > 0
+    assert recorded["int8"].precision == "int8"
     failed = recorded["test_fine_tunes"]
-    assert failed["error_stage"] == "compress"
-    assert "has no training split" in failed["error"]
-    assert "test_pretrained_missing" in failed["error"]
+    assert failed.error_stage == "compress"
+    assert "has no training split" in failed.error
+    assert "test_pretrained_missing" in failed.error
 
     console = Console(record=True, width=400)
     console.print(results_table([recorded["none"], recorded["int8"]]))
@@ -289,13 +289,13 @@ def test_pretrained_model_is_not_trained_and_context_names_the_model(
                                        compression="test_probe", epochs=epochs)
 
     first = run(sweep(1), tmp_path)
-    assert first.ok == 1, first.rows[0].get("error")
+    assert first.ok == 1, first.rows[0].error
     (row,) = rows(tmp_path)
-    assert row["train_history"] == []
-    assert 0.0 <= row["dense_accuracy"] <= 1.0 and row["accuracy"] == row["dense_accuracy"]
-    assert row["accuracy_source"] == "pytorch"
-    assert row["compression_info"] == {"model_name": "test_pretrained_loaded",
-                                       "dense_accuracy": row["dense_accuracy"]}
+    assert row.train_history == []
+    assert 0.0 <= row.dense_accuracy <= 1.0 and row.accuracy == row.dense_accuracy
+    assert row.accuracy_source == "pytorch"
+    assert row.compression_info == {"model_name": "test_pretrained_loaded",
+                                       "dense_accuracy": row.dense_accuracy}
     # training budgets do not apply to a pretrained model: nothing is redone
     again = run(sweep(3), tmp_path)
     assert again.ok == 1 and again.recomputed_nothing and again.reused["train"] == 1
@@ -309,9 +309,9 @@ def test_pruning_levels_left_without_fine_tuning_are_said_and_recorded(
         "  - weight_pruning",
         "  - name: weight_pruning\n    params: {levels: [0.5, 0.7], level: 0.7}")
     report = run(text, tmp_path, shared_cache)
-    assert report.ok == 1, report.rows[0].get("error")
+    assert report.ok == 1, report.rows[0].error
     (row,) = rows(tmp_path)
-    info = row["compression_info"]
+    info = row.compression_info
     assert [lv["finetune_epochs"] for lv in info["levels"]] == [0, 1]
     assert info["chosen_finetune_epochs"] == 1 and info["unfinetuned_levels"] == [0.5]
     (warning,) = info["warnings"]
@@ -324,6 +324,6 @@ def test_too_many_verification_samples_fail_before_training(tmp_path: Path) -> N
     report = run(text, tmp_path)
     assert report.failed == 1 and report.computed["train"] == 0
     (row,) = rows(tmp_path)
-    assert row["error_stage"] == "data"
-    assert "budgets.verify_samples is 100000" in row["error"]
-    assert "set budgets.verify_samples to at most" in row["error"]
+    assert row.error_stage == "data"
+    assert "budgets.verify_samples is 100000" in row.error
+    assert "set budgets.verify_samples to at most" in row.error

@@ -149,8 +149,8 @@ def test_a_chunk_timed_under_load_is_waited_out_and_taken_again() -> None:
     assert out.events[0]["other_cores"] == 2.0 and out.waited_s == 0.5
     assert "machine busy" in said[0] and "stress[42]" in said[0]
     cols = latency_columns(out.samples_ms, 0.05, out.record())
-    assert cols["noisy"] == 0 and cols["load_retries"] == 1 and cols["loaded_samples"] == 0
-    assert cols["noise_log"]["events"][0]["event"] == "retaken"
+    assert cols.noisy == 0 and cols.load_retries == 1 and cols["loaded_samples"] == 0
+    assert cols.noise_log["events"][0]["event"] == "retaken"
 
 
 def test_persistent_load_spends_the_budget_then_keeps_and_flags_the_samples() -> None:
@@ -161,9 +161,9 @@ def test_persistent_load_spends_the_budget_then_keeps_and_flags_the_samples() ->
     assert probe.waits == [4]  # one wait, for the whole budget; none after it is spent
     assert out.other_cores_max == 1.8
     cols = latency_columns(out.samples_ms, 0.05, out.record())
-    assert cols["noisy"] == 1 and cols["latency_cv"] == 0.0  # steady, yet not trusted
-    assert "60 of 60 samples taken on a busy machine" in cols["noise_reason"]
-    assert cols["load_other_cores"] == 1.8
+    assert cols.noisy == 1 and cols.latency_cv == 0.0  # steady, yet not trusted
+    assert "60 of 60 samples taken on a busy machine" in cols.noise_reason
+    assert cols.load_other_cores == 1.8
 
 
 def test_no_retries_means_no_waiting() -> None:
@@ -300,7 +300,7 @@ def test_real_load_is_waited_out_and_the_retake_is_clean(two_busy_loops: list) -
     assert out.events[0]["other_cores"] > out.events[0]["limit_cores"]
     assert out.waited_s < 4 and len(out.samples_s) == 30
     cols = latency_columns(out.samples_ms, 10.0, out.record())  # cv aside: load decides
-    assert cols["noisy"] == 0 and cols["load_retries"] == out.retries
+    assert cols.noisy == 0 and cols.load_retries == out.retries
 
 
 def test_real_load_that_outlasts_the_budget_is_flagged(two_busy_loops: list) -> None:
@@ -312,4 +312,4 @@ def test_real_load_that_outlasts_the_budget_is_flagged(two_busy_loops: list) -> 
     assert time.perf_counter() - start < 3
     assert out.loaded_samples == 30 and out.other_cores_max > probe.limit(0.25)
     cols = latency_columns(out.samples_ms, 10.0, out.record())
-    assert cols["noisy"] == 1 and "busy machine" in cols["noise_reason"]
+    assert cols.noisy == 1 and "busy machine" in cols.noise_reason

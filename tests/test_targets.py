@@ -243,5 +243,5 @@ def test_cuda_point_is_compiled_then_not_runnable(tmp_path: Path, shared_cache: 
     assert report.computed["measure"] == 0
     with ResultStore(tmp_path / "results.db") as store:
         row = store.rows()[0]
-    assert row["status"] == "not_runnable" and row["error"] == NO_GPU
-    assert row["compile_s"] is not None and np.isfinite(row["compile_s"])
+    assert row.status == "not_runnable" and row.error == NO_GPU
+    assert row.compile_s is not None and np.isfinite(row.compile_s)

@@ -28,7 +28,7 @@ def run(text: str, root: Path, cache: Path) -> RunReport:
 
 def rows(root: Path) -> dict[str, dict]:
     with ResultStore(root / "results.db") as store:
-        return {r["tuning"].split("(")[0]: r for r in store.rows()}
+        return {r.tuning.split("(")[0]: r for r in store.rows()}
 
 
 def test_tuned_point_recorded_then_reused(tmp_path: Path) -> None:
@@ -37,11 +37,11 @@ def test_tuned_point_recorded_then_reused(tmp_path: Path) -> None:
     assert report.ok == 2, report.rows
     by_tuning = rows(root)
     tuned, untuned = by_tuning["metaschedule"], by_tuning["none"]
-    assert tuned["status"] == "ok" and tuned["verified"] == 1
-    assert tuned["tuning_trials"] > 0 and tuned["tasks_tuned"] > 0
-    assert tuned["tasks_reused"] == 0 and tuned["tuning_s"] > 0
-    assert {t["outcome"] for t in tuned["tuning_report"]["per_task"]} <= {"tuned", "untuned"}
-    assert untuned["tuning_trials"] is None  # untuned points carry no tuning report
+    assert tuned.status == "ok" and tuned.verified == 1
+    assert tuned.tuning_trials > 0 and tuned.tasks_tuned > 0
+    assert tuned.tasks_reused == 0 and tuned.tuning_s > 0
+    assert {t["outcome"] for t in tuned.tuning_report["per_task"]} <= {"tuned", "untuned"}
+    assert untuned.tuning_trials is None  # untuned points carry no tuning report
 
     again = run(tuned_sweep("tuned"), root, tmp_path / "cache")
     assert again.recomputed_nothing
@@ -50,12 +50,12 @@ def test_tuned_point_recorded_then_reused(tmp_path: Path) -> None:
     other = run(tuned_sweep("other"), root, tmp_path / "other-cache")
     assert other.computed["compile"] == 2
     with ResultStore(root / "results.db") as store:
-        reused = [r for r in store.rows() if r["sweep"] == "other" and r["tasks_reused"]]
-    assert reused and reused[0]["tuning_trials"] == 0
+        reused = [r for r in store.rows() if r.sweep == "other" and r.tasks_reused]
+    assert reused and reused[0].tuning_trials == 0
     # what the first point tuned, and what its session's scheduler chose not to tune
-    booked = [t for t in tuned["tuning_report"]["per_task"]
+    booked = [t for t in tuned.tuning_report["per_task"]
               if t["outcome"] == "tuned" or t["ended_by"] == "scheduler"]
-    assert reused[0]["tasks_reused"] == len(booked) >= tuned["tasks_tuned"]
+    assert reused[0].tasks_reused == len(booked) >= tuned.tasks_tuned
 
 
 def test_untunable_pairs_are_recorded_as_unsupported() -> None:

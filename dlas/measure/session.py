@@ -15,12 +15,10 @@
   fastest cores first, which is what a big.LITTLE board such as the HiKey 970 wants).
   The pool size the board reports is what gets recorded.
 
-Noise (`dlas.measure.sampling`): a session says how its timings are guarded against a busy
-machine. The local CPU session watches the other processes on this machine's CPUs and
-re-takes chunks timed while they were busy; the local GPU session does the same for its
-one host (dispatch) thread and also re-takes a dispersed measurement, since GPU-side
-contention is invisible to the probe; a board over RPC can only be judged by the
-dispersion of its samples.
+Noise (`dlas.measure.load`, `dlas.measure.rounds`): a session says what watches the
+machine while samples are taken. The local CPU session watches the other processes on
+this machine's CPUs; the local GPU session does the same for its one host (dispatch)
+thread; a board over RPC has no probe here, and its rounds are labelled "unknown".
 
 Errors say what to do: an unreachable tracker names host:port and how to start one; no
 free board within the request timeout names the key and what the tracker reports.
@@ -37,7 +35,7 @@ from typing import Any
 import tvm
 from tvm import relax
 
-from dlas.measure.sampling import CpuLoadProbe
+from dlas.measure.load import CpuLoadProbe
 from dlas.targets.base import RPCTracker, TargetSpec
 
 #: TVM's ThreadPool mode: threads on the fastest ("big") cores first.
@@ -70,10 +68,6 @@ class Session(AbstractContextManager):
     def threads_in_use(self) -> int | None:
         return None
 
-    #: Re-take a whole measurement whose samples are too dispersed: for devices whose
-    #: contention this machine cannot observe directly.
-    retake_on_cv: bool = True
-
     def load_probe(self) -> CpuLoadProbe | None:
         """What watches this machine for other work while samples are taken, if the
         measurement runs here at all."""
@@ -87,8 +81,12 @@ class Session(AbstractContextManager):
 
 
 class LocalCPUSession(Session):
-    def __init__(self) -> None:
+    """This process's CPU. `pin`: CPUs to pin the thread pool to, one per thread (the
+    timing worker's choice, `dlas.measure.timing.pinnable_cpus`); None lets threads float."""
+
+    def __init__(self, pin: list[int] | None = None) -> None:
         self.device = tvm.cpu()
+        self.pin = pin
 
     def load(self, library: Path) -> relax.VirtualMachine:
         from dlas.measure.timing import load_vm
@@ -98,14 +96,15 @@ class LocalCPUSession(Session):
     def set_threads(self, num_threads: int | None) -> int | None:
         from dlas.measure.timing import set_num_threads
 
-        return set_num_threads(num_threads) if num_threads else None
+        if not num_threads:
+            return None
+        pin = self.pin[:num_threads] if self.pin and len(self.pin) >= num_threads else None
+        return set_num_threads(num_threads, pin=pin)
 
     def threads_in_use(self) -> int | None:
         from dlas.measure.timing import num_threads_in_use
 
         return num_threads_in_use()
-
-    retake_on_cv = False  # the probe sees what disturbs a CPU measurement
 
     def load_probe(self) -> CpuLoadProbe | None:
         return CpuLoadProbe(self.threads_in_use() or 1)
@@ -116,6 +115,7 @@ class LocalCUDASession(LocalCPUSession):
 
     def __init__(self, device_id: int = 0) -> None:
         self.device = tvm.cuda(device_id)
+        self.pin = None
         if not self.device.exist:
             raise RuntimeError("no CUDA GPU on this machine")
 
@@ -126,8 +126,6 @@ class LocalCUDASession(LocalCPUSession):
         with cuda_compiler():  # the library's CUDA source is compiled now
             vm = load_vm(library, self.device)
         return vm
-
-    retake_on_cv = True  # contention on the GPU itself is invisible to the CPU probe
 
     def load_probe(self) -> CpuLoadProbe | None:
         return CpuLoadProbe(1)  # the host thread that launches the kernels
@@ -158,8 +156,9 @@ class RemoteSession(Session):
         self.remote = None  # the RPC session ends when its last reference goes
 
 
-def open_session(target: TargetSpec) -> Session:
-    """The session that measures `target`: its board over RPC, else this machine."""
+def open_session(target: TargetSpec, pin: list[int] | None = None) -> Session:
+    """The session that measures `target`: its board over RPC, else this machine (its
+    CPU threads pinned to `pin` when given)."""
     if target.unmeasurable:
         raise RuntimeError(target.unmeasurable)
     if target.rpc is not None:
@@ -168,7 +167,7 @@ def open_session(target: TargetSpec) -> Session:
         return LocalCUDASession()
     if target.device != "cpu":
         raise ValueError(f"no local session for device '{target.device}'")
-    return LocalCPUSession()
+    return LocalCPUSession(pin)
 
 
 # -- the tracker protocol, with the timeouts TVM's client leaves out ---------------------

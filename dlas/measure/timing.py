@@ -24,22 +24,45 @@ from dlas.targets.host import allowed_cpus
 
 ENTRY = "main"
 
-#: runtime.config_threadpool mode: threads share all listed CPUs (no per-thread pinning).
+#: runtime.config_threadpool modes: threads share all listed CPUs (no per-thread pinning),
+#: or each worker thread pinned to one listed CPU.
 _SHARE_ALL_CORES = -3
+_ONE_CORE_PER_THREAD = -2
 
 
-def set_num_threads(num_threads: int) -> int:
+def pinnable_cpus(num_threads: int) -> list[int] | None:
+    """The CPUs `num_threads` threads are pinned to, one each (the first for the calling
+    thread), or None when this process may not use that many."""
+    cpus = allowed_cpus()
+    return cpus[:num_threads] if 1 <= num_threads <= len(cpus) else None
+
+
+def set_num_threads(num_threads: int, pin: list[int] | None = None) -> int:
     """Resize TVM's CPU thread pool to `num_threads` workers; return the size it took.
 
     Uses `runtime.config_threadpool` with an explicit CPU list, which (unlike
     TVM_NUM_THREADS) also works after the pool was created and is not capped at half the
-    logical CPUs. Threads may float over all CPUs this process is allowed on.
+    logical CPUs. By default threads float over all CPUs this process is allowed on.
+
+    `pin` (the timing worker's choice, `pinnable_cpus`): one CPU per thread; the calling
+    thread, which runs TVM's task 0, is pinned to the first and each pool worker to one
+    of the others. Measured why: with floating threads the kernel sometimes put both
+    threads of a 2-thread pool on one vCPU for seconds at a time, and a fork-join then
+    cost 2.7 us instead of 0.75 (a third "placement" in which two threads were slower than
+    one); pinned, that state did not occur (docs/timing.md).
     """
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     os.environ["TVM_NUM_THREADS"] = str(num_threads)  # for child processes (RPC, builders)
-    cpus = [str(c) for c in allowed_cpus()]
-    get_global_func("runtime.config_threadpool")(_SHARE_ALL_CORES, int(num_threads), cpus)
+    configure = get_global_func("runtime.config_threadpool")
+    if pin is not None:
+        if len(pin) != num_threads:
+            raise ValueError(f"pin lists {len(pin)} CPUs for {num_threads} threads")
+        configure(_ONE_CORE_PER_THREAD, int(num_threads), [str(c) for c in pin])
+        os.sched_setaffinity(0, {pin[0]})  # this thread only (pid 0: the caller)
+    else:
+        cpus = [str(c) for c in allowed_cpus()]
+        configure(_SHARE_ALL_CORES, int(num_threads), cpus)
     return num_threads_in_use()
 
 

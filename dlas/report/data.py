@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from dlas.measure.record import TimingRun
+from dlas.results.row import ResultRow
 
 #: Target option names whose code runs on a GPU; everything else is a CPU target.
 GPU_TARGETS = frozenset({"cuda", "opencl", "vulkan", "rocm", "metal", "mali"})
@@ -33,13 +36,13 @@ RUNTIME_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
 PRECISION_RATIOS = {"float16": 2.0, "int8": 4.0, "int8_uncalibrated": 4.0}
 
 
-def option_name(row: dict[str, Any], layer: str, column: str) -> str | None:
+def option_name(row: ResultRow, layer: str, column: str) -> str | None:
     """The option's registered name: from the stored config, else the label before '('."""
-    choices = (row.get("config") or {}).get("choices") or {}
+    choices = (row.config or {}).get("choices") or {}
     name = (choices.get(layer) or {}).get("name")
     if name:
         return str(name)
-    label = row.get(column)
+    label = getattr(row, column)
     return str(label).split("(", 1)[0] if label else None
 
 
@@ -74,8 +77,8 @@ def derive_ratio(compression: str, sparsity: float | None, info: dict[str, Any] 
     return 1.0 / (1.0 - s)
 
 
-def _device_model(row: dict[str, Any], device: str) -> str:
-    env = row.get("environment") or {}
+def _device_model(row: ResultRow, device: str) -> str:
+    env = row.environment or {}
     if device == "gpu":
         gpu = env.get("gpu")
         if isinstance(gpu, dict) and gpu.get("model"):
@@ -93,9 +96,9 @@ def _device_model(row: dict[str, Any], device: str) -> str:
     return str(cpu.get("model") or env.get("machine") or "unknown CPU")
 
 
-def is_baseline_row(row: dict[str, Any]) -> bool:
+def is_baseline_row(row: ResultRow) -> bool:
     """Whether a row was measured in a baseline runtime rather than compiled by TVM."""
-    choices = (row.get("config") or {}).get("choices") or {}
+    choices = (row.config or {}).get("choices") or {}
     if (choices.get("algorithms") or {}).get("version") == "baseline":
         return True
     tuning = option_name(row, "tuning", "tuning")
@@ -172,6 +175,13 @@ class Point:
     latency_q3_ms: float | None = None
     #: Why the point is flagged noisy, when it is.
     noise_reason: str | None = None
+    #: The median's 95% confidence interval, and the vCPU placement it was taken in.
+    latency_ci_low_ms: float | None = None
+    latency_ci_high_ms: float | None = None
+    placement: str | None = None
+    #: Every timing run of the point (what comparisons resample; empty for rows written
+    #: before the history existed, which compare by their intervals).
+    runs: tuple[TimingRun, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def family(self) -> str:
@@ -215,90 +225,103 @@ def _float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def quartiles(row: dict[str, Any]) -> tuple[float | None, float | None]:
+def quartiles(row: ResultRow) -> tuple[float | None, float | None]:
     """(Q1, Q3) of a row's timing samples: computed from the raw samples it stores (what
     the report promises to show), else its quartile columns, else unknown."""
-    samples = row.get("latency_samples_ms")
-    if isinstance(samples, list) and samples:
-        import numpy as np
+    samples = row.latency_samples_ms
+    if samples:
+        from dlas.results.statistics import summarize
 
-        q1, q3 = np.percentile(np.asarray(samples, dtype=np.float64), [25, 75])
-        return float(q1), float(q3)
-    return _float(row.get("latency_q1_ms")), _float(row.get("latency_q3_ms"))
+        summary = summarize(samples)
+        return summary.q1, summary.q3
+    return _float(row.latency_q1_ms), _float(row.latency_q3_ms)
 
 
-def point_from_row(row: dict[str, Any]) -> Point:
-    choices = (row.get("config") or {}).get("choices") or {}
+def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> Point:
+    choices = (row.config or {}).get("choices") or {}
     target = option_name(row, "targets", "target") or "?"
     # rows written since the runner records these facts carry them; older rows get them
     # from the option names
-    device = row.get("device_kind") or device_kind(
+    device = row.device_kind or device_kind(
         target, (choices.get("targets") or {}).get("params"))
     compression = option_name(row, "compression", "compression") or "?"
-    info = row.get("compression_info") if isinstance(row.get("compression_info"), dict) else {}
-    ratio = row.get("compression_ratio")
+    info = row.compression_info if isinstance(row.compression_info, dict) else {}
+    ratio = row.compression_ratio
     if ratio is None and isinstance(info.get("compression_ratio"), (int, float)):
         ratio = info["compression_ratio"]
     if ratio is None:
-        ratio = derive_ratio(compression, row.get("sparsity"), info,
+        ratio = derive_ratio(compression, row.sparsity, info,
                              (choices.get("compression") or {}).get("params"))
     chosen = info.get("chosen_level")
-    target_label = str(row.get("target") or target)
-    q1, q3 = quartiles(row) if row.get("latency_median_ms") is not None else (None, None)
+    target_label = str(row.target or target)
+    q1, q3 = quartiles(row) if row.latency_median_ms is not None else (None, None)
     return Point(
-        key=str(row.get("point_key")),
-        sweep=str(row.get("sweep") or ""),
-        status=str(row.get("status")),
+        key=row.point_key,
+        sweep=str(row.sweep or ""),
+        status=row.status,
         dataset=option_name(row, "datasets", "dataset") or "?",
         model=option_name(row, "models", "model") or "?",
-        model_label=str(row.get("model") or "?"),
+        model_label=str(row.model or "?"),
         compression=compression,
-        compression_label=str(row.get("compression") or compression),
+        compression_label=str(row.compression or compression),
         algorithm=option_name(row, "algorithms", "algorithm") or "?",
         tuning=option_name(row, "tuning", "tuning") or "none",
         target=target,
         target_label=target_label,
         device=device,
         platform=f"{target_label} · {_device_model(row, device)}",
-        accuracy=_float(row.get("accuracy")),
-        dense_accuracy=_float(row.get("dense_accuracy")),
-        accuracy_source=row.get("accuracy_source"),
-        ort_accuracy=_float(row.get("ort_accuracy")),
-        params=row.get("params"),
-        macs=row.get("macs"),
-        sparsity=_float(row.get("sparsity")),
+        accuracy=_float(row.accuracy),
+        dense_accuracy=_float(row.dense_accuracy),
+        accuracy_source=row.accuracy_source,
+        ort_accuracy=_float(row.ort_accuracy),
+        params=row.params,
+        macs=row.macs,
+        sparsity=_float(row.sparsity),
         ratio=_float(ratio),
-        latency_ms=_float(row.get("latency_median_ms")),
-        latency_std_ms=_float(row.get("latency_std_ms")),
-        threads=row.get("threads"),
-        verified=bool(row.get("verified")),
-        max_abs_diff=_float(row.get("max_abs_diff")),
-        top1_agreement=_float(row.get("top1_agreement")),
-        error_stage=row.get("error_stage"),
-        error=row.get("error"),
+        latency_ms=_float(row.latency_median_ms),
+        latency_std_ms=_float(row.latency_std_ms),
+        threads=row.threads,
+        verified=bool(row.verified),
+        max_abs_diff=_float(row.max_abs_diff),
+        top1_agreement=_float(row.top1_agreement),
+        error_stage=row.error_stage,
+        error=row.error,
         levels=tuple(lv for lv in info.get("levels") or () if isinstance(lv, dict)),
         chosen_level=_float(chosen) if isinstance(chosen, (int, float)) else None,
-        updated_at=float(row.get("updated_at") or 0.0),
-        environment=row.get("environment") or {},
-        baseline=(row["backend"] != "tvm") if row.get("backend") else is_baseline_row(row),
-        sparse=(row["weight_format"] == "csr") if row.get("weight_format") else
+        updated_at=float(row.updated_at or 0.0),
+        environment=row.environment or {},
+        baseline=(row.backend != "tvm") if row.backend else is_baseline_row(row),
+        sparse=(row.weight_format == "csr") if row.weight_format else
         is_sparse_format(option_name(row, "algorithms", "algorithm") or ""),
-        latency_cv=_float(row.get("latency_cv")),
-        noisy=bool(row.get("noisy")),
+        latency_cv=_float(row.latency_cv),
+        noisy=bool(row.noisy),
         latency_q1_ms=q1,
         latency_q3_ms=q3,
-        noise_reason=row.get("noise_reason"),
+        noise_reason=row.noise_reason,
+        latency_ci_low_ms=_float(row.latency_ci_low_ms),
+        latency_ci_high_ms=_float(row.latency_ci_high_ms),
+        placement=row.placement,
+        runs=tuple(runs),
     )
 
 
 def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Point]:
-    """Every row of the database (optionally of some sweeps) as points, in run order."""
+    """Every row of the database (optionally the members of some sweeps) as points, in
+    run order, each with its timing history. A point listed by several of the sweeps
+    appears once per sweep, so each sweep's tables are whole."""
     from dlas.results.store import ResultStore
 
-    wanted = set(sweeps) if sweeps else None
+    out = []
     with ResultStore(db_path) as store:
-        rows = store.rows()
-    return [point_from_row(r) for r in rows if wanted is None or r.get("sweep") in wanted]
+        if sweeps:
+            listed = [(sweep, store.rows(sweep=sweep)) for sweep in sweeps]
+        else:
+            listed = [(None, store.rows())]
+        for sweep, rows in listed:
+            for row in rows:
+                point = point_from_row(row, store.timing_runs(row.point_key, row.timing_key))
+                out.append(point if sweep is None else replace(point, sweep=sweep))
+    return out
 
 
 def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
@@ -319,12 +342,11 @@ def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
 
 
 def sweep_names(db_path: Path) -> list[str]:
-    """The sweeps that have rows in the database."""
+    """The sweeps that have points in the database (written or listed by them)."""
     from dlas.results.store import ResultStore
 
     with ResultStore(db_path) as store:
-        return sorted({str(r["sweep"]) for r in store.conn.execute(
-            "SELECT DISTINCT sweep FROM points") if r["sweep"] is not None})
+        return store.sweeps()
 
 
 def results(points: Iterable[Point]) -> list[Point]:

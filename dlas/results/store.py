@@ -1,13 +1,14 @@
-"""The results database: embedded SQLite, one row per point of a sweep.
+"""The results database: embedded SQLite, one typed row per point (`dlas.results.row`).
 
-A row holds everything needed to interpret the number later without the cache: the full
-resolved config, the environment, accuracy (and where it was measured), latency statistics
-with raw samples, compile and tuning time, model size and compression ratio, and the
-verification against the reference (PyTorch, or ONNX Runtime for int8 models). Failed and blocked
-points are rows too, with the error, so nothing a sweep tried is lost.
-
-Baseline rows (PyTorch eager, ONNX Runtime) have the same columns: `tuning` and `algorithm`
-name the runtime, `runtime_info` says how it was set up, compile and tuning times are empty.
+Three tables:
+- `points`: one `ResultRow` per point key; its columns are the row's fields.
+- `sweep_points`: which sweeps a point belongs to. Membership is many-to-many: a tuning
+  sweep whose untuned and ONNX Runtime points the quickstart already measured lists them
+  as its own (its report has its baselines), though their row was written once.
+- `timing_runs`: every timing run of every point's timing entry (`TimingRun`, JSON), the
+  sweep's and each `dlas run --remeasure`'s. The row's latency figures are computed over
+  the runs of its current timing entry (`dlas.results.timing`), so repeating an
+  experiment is one command and the spread across runs is kept.
 """
 
 from __future__ import annotations
@@ -20,158 +21,27 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from dlas.measure.record import TimingRun
+from dlas.results.row import COLUMNS, JSON_COLUMNS, STATUSES, ResultRow
 
-STATUSES = ("ok", "failed", "verification_failed", "not_runnable")
+__all__ = ["COLUMNS", "JSON_COLUMNS", "STATUSES", "SUMMARY_COLUMNS", "ResultRow",
+           "ResultStore"]
 
-COLUMNS: dict[str, str] = {
-    "point_key": "TEXT PRIMARY KEY",
-    "sweep": "TEXT",
-    "status": "TEXT NOT NULL",
-    "dataset": "TEXT",
-    "model": "TEXT",
-    "compression": "TEXT",
-    "algorithm": "TEXT",
-    "tuning": "TEXT",
-    "target": "TEXT",
-    #: What ran the point: 'tvm', or a baseline runtime ('pytorch', 'onnxruntime').
-    "backend": "TEXT",
-    #: The kind of device it ran on: 'cpu' or 'gpu'.
-    "device_kind": "TEXT",
-    #: The weights' format: 'dense' or 'csr'.
-    "weight_format": "TEXT",
-    "accuracy": "REAL",
-    #: 'pytorch' (float32: PyTorch computes what TVM runs) or 'tvm' (float16/int8: measured
-    #: on the compiled module), or a baseline's runtime ('pytorch', 'onnxruntime') for its
-    #: reduced-precision rows; NULL when no accuracy is available.
-    "accuracy_source": "TEXT",
-    #: int8: accuracy of the same quantized model in ONNX Runtime.
-    "ort_accuracy": "REAL",
-    "dense_accuracy": "REAL",
-    #: numeric format of the convolutions: float32, float16 or int8.
-    "precision": "TEXT",
-    #: the compression's ideal speedup (20 for 95% pruning, 2 for float16, 4 for int8).
-    "compression_ratio": "REAL",
-    "latency_median_ms": "REAL",
-    "latency_mean_ms": "REAL",
-    "latency_std_ms": "REAL",
-    "latency_min_ms": "REAL",
-    "latency_max_ms": "REAL",
-    "latency_samples_ms": "TEXT",
-    #: coefficient of variation of the samples (std / mean).
-    "latency_cv": "REAL",
-    #: first and third quartiles of the samples: the spread around the median (IQR).
-    "latency_q1_ms": "REAL",
-    "latency_q3_ms": "REAL",
-    #: 1 when latency_cv exceeds the sweep's budgets.cv_threshold, or when samples taken
-    #: while other processes kept the CPUs busy had to be kept (`noise_reason` says which).
-    "noisy": "INTEGER",
-    "noise_reason": "TEXT",
-    #: chunks (or, without a load probe, whole sets) of samples re-taken because the
-    #: machine was busy or the samples dispersed; samples kept although it was busy (the
-    #: retry budget was spent); the most CPU other processes used, in cores, while kept
-    #: samples were taken (NULL where no probe watched: a board, or an older row).
-    "load_retries": "INTEGER",
-    "loaded_samples": "INTEGER",
-    "load_other_cores": "REAL",
-    #: how the samples were obtained (JSON): the probe, the budget, every re-take.
-    "noise_log": "TEXT",
-    "measure_repeat": "INTEGER",
-    "threads": "INTEGER",
-    "compile_s": "REAL",
-    #: Seconds per compile phase (JSON): import (the import stage, shared by a model's
-    #: variants), lower, fold, tune, schedule, codegen, export.
-    "compile_phases": "TEXT",
-    "tuning_s": "REAL",
-    #: Trials MetaSchedule measured for this point; tasks tuned now vs reused from the
-    #: target's tuning database; the per-task report (JSON).
-    "tuning_trials": "INTEGER",
-    "tasks_tuned": "INTEGER",
-    "tasks_reused": "INTEGER",
-    "tuning_report": "TEXT",
-    "params": "INTEGER",
-    "nonzero_params": "INTEGER",
-    "macs": "INTEGER",
-    "sparsity": "REAL",
-    "size_bytes": "INTEGER",
-    "verified": "INTEGER",
-    #: what the compiled output was verified against: 'pytorch' or 'onnxruntime' (int8).
-    "verification_reference": "TEXT",
-    "max_abs_diff": "REAL",
-    "top1_agreement": "REAL",
-    #: agreement with the float32 PyTorch model (differs from the above for int8).
-    "fp32_max_abs_diff": "REAL",
-    "fp32_top1_agreement": "REAL",
-    "conv_fallbacks": "TEXT",
-    #: baseline rows: the runtime, its version and settings (threads, model it ran).
-    "runtime_info": "TEXT",
-    "train_history": "TEXT",
-    "compression_info": "TEXT",
-    "error_stage": "TEXT",
-    "error": "TEXT",
-    "traceback": "TEXT",
-    "stage_seconds": "TEXT",
-    "config": "TEXT",
-    "environment": "TEXT",
-    "created_at": "REAL",
-    "updated_at": "REAL",
-}
-
-#: Columns `dlas results` shows by default (the rest go to CSV). `latency_iqr_ms` is shown,
-#: not stored: Q3 - Q1 of the samples, the spread that goes with the median.
+#: Columns `dlas results` shows by default (the rest go to CSV and JSON).
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
-    "sparsity", "latency_median_ms", "latency_iqr_ms", "latency_cv", "threads", "verified",
+    "sparsity", "latency_median_ms", "latency_ci_ms", "placement", "threads", "verified",
     "max_abs_diff", "compile_s", "error",
 ]
 
-JSON_COLUMNS = {"latency_samples_ms", "noise_log", "tuning_report", "compile_phases",
-                "conv_fallbacks", "train_history", "compression_info",
-                "stage_seconds", "config", "environment", "runtime_info"}
-
-
-def latency_columns(samples_ms: Iterable[float], cv_threshold: float,
-                    noise: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The latency columns of a timed row: statistics of all samples (the median is the
-    reported time, the quartiles its spread), and the noise flag, so a number from a busy
-    machine says so.
-
-    `noise` is how the samples were collected (`dlas.measure.sampling.Sampling.record`);
-    a measurement cached before that record existed has none, and its load columns stay
-    NULL (unknown), not 0.
-    """
-    samples = np.asarray(list(samples_ms), dtype=np.float64)
-    if samples.size == 0:
-        raise ValueError("a timed row needs at least one sample")
-    mean, std = float(samples.mean()), float(samples.std())
-    cv = std / mean if mean > 0 else None
-    q1, q3 = (float(q) for q in np.percentile(samples, [25, 75]))
-    reasons = []
-    if cv is not None and cv > cv_threshold:
-        reasons.append(f"cv {cv:.0%} > {cv_threshold:.0%}")
-    loaded = (noise or {}).get("loaded_samples") or 0
-    if loaded:
-        cores = noise.get("other_cores_max")  # type: ignore[union-attr]
-        busy = f" (other processes used up to {cores:.2f} cores)" if cores is not None else ""
-        reasons.append(f"{loaded} of {samples.size} samples taken on a busy machine{busy}; "
-                       "retry budget spent")
-    return {
-        "latency_median_ms": float(np.median(samples)),
-        "latency_mean_ms": mean,
-        "latency_std_ms": std,
-        "latency_min_ms": float(samples.min()),
-        "latency_max_ms": float(samples.max()),
-        "latency_q1_ms": q1,
-        "latency_q3_ms": q3,
-        "latency_samples_ms": samples.tolist(),
-        "latency_cv": cv,
-        "noisy": None if cv is None and not loaded else int(bool(reasons)),
-        "noise_reason": "; ".join(reasons) or None,
-        "load_retries": None if noise is None else noise.get("retries"),
-        "loaded_samples": None if noise is None else loaded,
-        "load_other_cores": None if noise is None else noise.get("other_cores_max"),
-        "noise_log": noise,
-    }
+_SCHEMA_EXTRA = (
+    "CREATE TABLE IF NOT EXISTS sweep_points (sweep TEXT NOT NULL, point_key TEXT NOT NULL, "
+    "added_at REAL, PRIMARY KEY (sweep, point_key))",
+    "CREATE TABLE IF NOT EXISTS timing_runs (run_id TEXT NOT NULL, point_key TEXT NOT NULL, "
+    "timing_key TEXT NOT NULL, started_at REAL, source TEXT, placement TEXT, record TEXT, "
+    "PRIMARY KEY (run_id, point_key))",
+    "CREATE INDEX IF NOT EXISTS timing_runs_key ON timing_runs (point_key, timing_key)",
+)
 
 
 class ResultStore:
@@ -186,6 +56,12 @@ class ResultStore:
         for name, kind in COLUMNS.items():  # older databases gain new columns
             if name not in existing:
                 self.conn.execute(f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
+        for statement in _SCHEMA_EXTRA:
+            self.conn.execute(statement)
+        # rows written before membership existed belong to the sweep that wrote them
+        self.conn.execute("INSERT OR IGNORE INTO sweep_points (sweep, point_key, added_at) "
+                          "SELECT sweep, point_key, created_at FROM points "
+                          "WHERE sweep IS NOT NULL")
         self.conn.commit()
 
     def close(self) -> None:
@@ -197,57 +73,116 @@ class ResultStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def upsert(self, row: dict[str, Any]) -> None:
-        unknown = set(row) - set(COLUMNS)
-        if unknown:
-            raise KeyError(f"unknown result columns: {sorted(unknown)}")
-        if row.get("status") not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {row.get('status')!r}")
+    # -- rows -------------------------------------------------------------------------
+
+    def upsert(self, row: ResultRow, sweep: str | None = None) -> None:
+        """Write `row` whole (stale fields of an earlier attempt do not survive) and
+        make it a member of `sweep` (default: the row's own)."""
+        if not isinstance(row, ResultRow):
+            raise TypeError(f"upsert takes a ResultRow, not {type(row).__name__}")
         now = time.time()
-        values = {k: (json.dumps(v, default=str) if k in JSON_COLUMNS and v is not None else v)
-                  for k, v in row.items()}
+        previous = self.conn.execute("SELECT created_at, sweep FROM points WHERE point_key = ?",
+                                     (row.point_key,)).fetchone()
+        values = row.model_dump()
         values["updated_at"] = now
-        previous = self.get(row["point_key"])
         values["created_at"] = previous["created_at"] if previous else now
-        # a row is replaced whole: stale fields from an earlier attempt must not survive
-        names = list(values)
+        if previous is not None and previous["sweep"]:  # the first sweep stays the writer
+            values["sweep"] = previous["sweep"]
+        encoded = {k: (json.dumps(v, default=str) if k in JSON_COLUMNS and v is not None else v)
+                   for k, v in values.items()}
+        names = list(encoded)
         self.conn.execute(
             f"INSERT OR REPLACE INTO points ({', '.join(names)}) "
             f"VALUES ({', '.join('?' for _ in names)})",
-            [values[n] for n in names],
+            [encoded[n] for n in names],
         )
+        member = sweep or row.sweep
+        if member:
+            self.conn.execute("INSERT OR IGNORE INTO sweep_points (sweep, point_key, added_at) "
+                              "VALUES (?, ?, ?)", (member, row.point_key, now))
+        self.conn.commit()
+        row.created_at, row.updated_at, row.sweep = (values["created_at"], now,
+                                                     values["sweep"])
+
+    def add_member(self, sweep: str, point_key: str) -> None:
+        """Make an existing row a member of `sweep` (a point it lists but did not write)."""
+        self.conn.execute("INSERT OR IGNORE INTO sweep_points (sweep, point_key, added_at) "
+                          "VALUES (?, ?, ?)", (sweep, point_key, time.time()))
         self.conn.commit()
 
-    def get(self, point_key: str) -> dict[str, Any] | None:
+    def get(self, point_key: str) -> ResultRow | None:
         cur = self.conn.execute("SELECT * FROM points WHERE point_key = ?", (point_key,))
         row = cur.fetchone()
         return self._decode(row) if row else None
 
-    def rows(self, sweep: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
-        query, args = "SELECT * FROM points WHERE 1=1", []
+    def rows(self, sweep: str | None = None, status: str | None = None) -> list[ResultRow]:
+        """Rows in the order they were first written; `sweep`: its members only."""
+        query, args = "SELECT points.* FROM points", []
         if sweep:
-            query += " AND sweep = ?"
+            query += (" JOIN sweep_points ON sweep_points.point_key = points.point_key "
+                      "AND sweep_points.sweep = ?")
             args.append(sweep)
+        query += " WHERE 1=1"
         if status:
             query += " AND status = ?"
             args.append(status)
-        query += " ORDER BY created_at, rowid"
+        query += " ORDER BY points.created_at, points.rowid"
         return [self._decode(r) for r in self.conn.execute(query, args)]
 
-    @staticmethod
-    def _decode(row: sqlite3.Row) -> dict[str, Any]:
-        out = dict(row)
-        for k in JSON_COLUMNS:
-            if out.get(k) is not None:
-                out[k] = json.loads(out[k])
-        return out
+    def sweeps(self) -> list[str]:
+        """Every sweep that has members."""
+        return [str(r["sweep"]) for r in self.conn.execute(
+            "SELECT DISTINCT sweep FROM sweep_points ORDER BY sweep")]
 
-    def export_csv(self, path: Path, rows: Iterable[dict[str, Any]] | None = None) -> int:
+    def members(self, sweep: str) -> set[str]:
+        return {str(r["point_key"]) for r in self.conn.execute(
+            "SELECT point_key FROM sweep_points WHERE sweep = ?", (sweep,))}
+
+    @staticmethod
+    def _decode(row: sqlite3.Row) -> ResultRow:
+        out: dict[str, Any] = {}
+        for k in row.keys():  # noqa: SIM118 - sqlite3.Row has no __iter__ over names
+            if k not in COLUMNS:  # a column of an older version, no longer a field
+                continue
+            value = row[k]
+            if k in JSON_COLUMNS and value is not None:
+                value = json.loads(value)
+            out[k] = value
+        if out.get("noise_log") is not None and not isinstance(out["noise_log"], dict):
+            out["noise_log"] = {"legacy": out["noise_log"]}
+        return ResultRow.model_validate(out)
+
+    # -- timing history ---------------------------------------------------------------
+
+    def add_timing_run(self, point_key: str, timing_key: str, run: TimingRun) -> bool:
+        """Record a timing run of the point's timing entry; False if it was already."""
+        cur = self.conn.execute(
+            "INSERT OR IGNORE INTO timing_runs (run_id, point_key, timing_key, started_at, "
+            "source, placement, record) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run.run_id, point_key, timing_key, run.started_at, run.source, run.placement,
+             run.model_dump_json()))
+        self.conn.commit()
+        return cur.rowcount > 0
+
+    def timing_runs(self, point_key: str, timing_key: str | None = None) -> list[TimingRun]:
+        """The point's timing runs, oldest first (of one timing entry, if given)."""
+        query = "SELECT record FROM timing_runs WHERE point_key = ?"
+        args: list[Any] = [point_key]
+        if timing_key is not None:
+            query += " AND timing_key = ?"
+            args.append(timing_key)
+        query += " ORDER BY started_at, rowid"
+        return [TimingRun.model_validate_json(r["record"])
+                for r in self.conn.execute(query, args)]
+
+    # -- export -----------------------------------------------------------------------
+
+    def export_csv(self, path: Path, rows: Iterable[ResultRow] | None = None) -> int:
         rows = list(self.rows() if rows is None else rows)
         with open(path, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(COLUMNS))
             writer.writeheader()
             for row in rows:
                 writer.writerow({k: (json.dumps(v) if k in JSON_COLUMNS and v is not None else v)
-                                 for k, v in row.items()})
+                                 for k, v in row.model_dump().items()})
         return len(rows)

@@ -91,6 +91,25 @@ def holder_of(path: Path) -> Holder | None:
         os.close(fd)
 
 
+@dataclass
+class Claim:
+    """A held claim (`Claims.try_hold`); `release` it when the entry is stored."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            Claims._release(self.path, self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class Claims:
     """The claim files of one cache."""
 
@@ -107,6 +126,20 @@ class Claims:
             return True
         self._release(self.path(stage, key), fd)
         return False
+
+    def try_hold(self, stage: str, key: str) -> Claim | None:
+        """The entry's claim if no other process holds it, else None (without waiting):
+        how a process moves on to other work instead of queueing behind another."""
+        path = self.path(stage, key)
+        fd = try_lock(path)
+        if fd is None:
+            return None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(this_holder().__dict__).encode(), 0)
+        return Claim(path, fd)
+
+    def holder(self, stage: str, key: str) -> Holder | None:
+        return holder_of(self.path(stage, key))
 
     @contextlib.contextmanager
     def hold(self, stage: str, key: str,

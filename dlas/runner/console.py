@@ -16,6 +16,7 @@ from rich.table import Table
 from dlas.compiler.fallbacks import summary as fallback_summary
 
 if TYPE_CHECKING:
+    from dlas.results.row import ResultRow
     from dlas.runner.runner import RunReport, Workspace
     from dlas.sweep.config import SweepConfig
     from dlas.sweep.grid import Point
@@ -35,59 +36,56 @@ def make_console() -> Console:
 ACCURACY_COLUMNS = ("accuracy", "dense_accuracy", "ort_accuracy")
 
 
-def _accuracy(row: dict[str, Any], col: str, digits: int = 3) -> str:
+def _accuracy(row: ResultRow, col: str, digits: int = 3) -> str:
     """An accuracy, or 'unavailable' where a point ran but has none (e.g. a pretrained
     model without its weights); never a made-up number."""
-    value = row.get(col)
-    if value is None and row.get("status") in ("ok", "verification_failed"):
-        if col != "ort_accuracy" or row.get("precision") == "int8":
+    value = getattr(row, col)
+    if value is None and row.status in ("ok", "verification_failed"):
+        if col != "ort_accuracy" or row.precision == "int8":
             return "unavailable"
     return _fmt(value, digits)
 
 
-def noise_mark(row: dict[str, Any]) -> str:
-    """'noisy (cv 12% > 5%)' for a row whose samples varied more than the sweep allows or
-    were taken on a busy machine (the reason says which), else ''."""
-    if not row.get("noisy"):
+def noise_mark(row: ResultRow) -> str:
+    """'noisy (95% CI 12% of the median > 5%)' for a row whose interval is too wide or
+    whose rounds were taken on a busy machine (the reason says which), else ''."""
+    if not row.noisy:
         return ""
-    if row.get("noise_reason"):
-        return f"noisy ({row['noise_reason']})"
-    cv = row.get("latency_cv")  # a row written before noise_reason existed
-    return f"noisy (cv {cv:.0%})" if cv is not None else "noisy"
+    return f"noisy ({row.noise_reason})" if row.noise_reason else "noisy"
 
 
-def retake_note(row: dict[str, Any]) -> str:
-    """', 2 re-takes for quiet samples' where the measure stage re-took samples, else ''."""
-    retries = row.get("load_retries")
+def retake_note(row: ResultRow) -> str:
+    """', 2 rounds re-taken for quiet samples' where the worker re-took rounds, else ''."""
+    retries = row.load_retries
     if not retries:
         return ""
-    return f", {retries} re-take{'s' if retries != 1 else ''} for quiet samples"
+    return f", {retries} round{'s' if retries != 1 else ''} re-taken for quiet samples"
 
 
-def _cv(row: dict[str, Any]) -> str:
-    cv = row.get("latency_cv")
-    if cv is None:
+def ci_text(row: ResultRow, digits: int = 4) -> str:
+    """'[1.38, 1.41]': the 95% interval of the median, '-' without one."""
+    lo, hi = row.latency_ci_low_ms, row.latency_ci_high_ms
+    if lo is None or hi is None:
         return "-"
-    retakes = f" ({row['load_retries']} re-taken)" if row.get("load_retries") else ""
-    if not row.get("noisy"):
-        return f"{cv:.1%}{retakes}"
-    busy = ", busy machine" if row.get("loaded_samples") else ""
-    return f"[yellow]{cv:.0%} noisy{busy}[/]{retakes}"
+    return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
-def iqr_ms(row: dict[str, Any]) -> float | None:
-    """Interquartile range of a row's samples (the spread that goes with its median):
-    from the stored quartiles, else from the raw samples of an older row."""
-    q1, q3 = row.get("latency_q1_ms"), row.get("latency_q3_ms")
-    if q1 is not None and q3 is not None:
-        return float(q3) - float(q1)
-    samples = row.get("latency_samples_ms")
-    if samples:
-        import numpy as np
+def _ci_cell(row: ResultRow) -> str:
+    text = ci_text(row)
+    if not row.noisy:
+        return text
+    busy = ", busy machine" if row.loaded_rounds else ""
+    return f"[yellow]{escape(text)} noisy{busy}[/]"
 
-        lo, hi = np.percentile(np.asarray(samples, dtype=float), [25, 75])
-        return float(hi - lo)
-    return None
+
+def timing_detail(row: ResultRow) -> str:
+    """'median 1.391 ms [1.385, 1.398] (near placement, 10 rounds)'."""
+    where = f"{row.placement} placement" if row.placement else "placement unknown"
+    rounds = f", {row.timing_rounds} rounds" if row.timing_rounds else ""
+    runs = (f", {row.timing_runs} timing runs (spread {row.run_spread:.1%})"
+            if row.timing_runs and row.timing_runs > 1 and row.run_spread is not None else "")
+    return (f"median {row.latency_median_ms:.3f} ms {ci_text(row, 4)} "
+            f"({where}{rounds}{runs})")
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -115,8 +113,8 @@ class RunConsole:
     def point_start(self, i: int, n: int, point: Point) -> None:
         self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}")
 
-    def point_skipped(self, i: int, n: int, point: Point, previous: dict[str, Any]) -> None:
-        error = escape(f"({previous.get('error_stage')}: {previous.get('error')})")
+    def point_skipped(self, i: int, n: int, point: Point, previous: ResultRow) -> None:
+        error = escape(f"({previous.error_stage}: {previous.error})")
         self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}: [red]failed earlier[/] "
                        f"{error}; "
                        "re-run with --retry-failed to try again")
@@ -134,31 +132,30 @@ class RunConsole:
             self.out.print(f"    {name:<9} [cyan]reused[/]: computed meanwhile by another "
                            "dlas process on this workspace")
 
-    def point_end(self, row: dict[str, Any]) -> None:
-        status = row["status"]
+    def point_end(self, row: ResultRow) -> None:
+        status = row.status
         style = _STATUS_STYLE.get(status, "")
         detail = ""
         if status == "ok":
-            source = f" ({row['accuracy_source']})" if row.get("accuracy_source") else ""
+            source = f" ({row.accuracy_source})" if row.accuracy_source else ""
             from dlas.measure.verify import REFERENCE_NAMES  # lazy: keeps `dlas --help` fast
 
-            reference = REFERENCE_NAMES.get(row.get("verification_reference") or "pytorch",
+            reference = REFERENCE_NAMES.get(row.verification_reference or "pytorch",
                                             "PyTorch")
-            detail = (f" median {row['latency_median_ms']:.3f} ms, accuracy "
-                      f"{_accuracy(row, 'accuracy')}{source}, max |diff| vs {reference} "
-                      f"{row['max_abs_diff']:.2e}")
-            if row.get("tuning_report"):
-                detail += (f", tuning: {row['tasks_tuned']} tasks tuned "
-                           f"({row['tuning_trials']} trials), {row['tasks_reused']} reused")
+            detail = (f" {timing_detail(row)}, accuracy {_accuracy(row, 'accuracy')}{source}, "
+                      f"max |diff| vs {reference} {_fmt(row.max_abs_diff)}")
+            if row.tuning_report:
+                detail += (f", tuning: {row.tasks_tuned} tasks tuned "
+                           f"({row.tuning_trials} trials), {row.tasks_reused} reused")
             detail += retake_note(row)
             if noise_mark(row):
                 detail += f", [yellow]{escape(noise_mark(row))}[/]"
-        elif row.get("error"):
-            detail = escape(f" {row.get('error_stage') or ''}: {row['error']}")
+        elif row.error:
+            detail = escape(f" {row.error_stage or ''}: {row.error}")
         self.out.print(f"    -> [{style}]{status}[/]{detail}")
-        fallbacks = row.get("conv_fallbacks") or []
+        fallbacks = row.conv_fallbacks or []
         if fallbacks:
-            said = escape(fallback_summary(fallbacks, row.get("algorithm")))
+            said = escape(fallback_summary(fallbacks, row.algorithm))
             self.out.print(f"    [yellow]{said}[/] (recorded in conv_fallbacks):")
             for line in fallbacks:
                 self.out.print(f"      {line}", markup=False)
@@ -193,6 +190,40 @@ class RunConsole:
             task = bar.add_task("measure", total=total)
             yield lambda n: bar.advance(task, n)
 
+    @contextlib.contextmanager
+    def timing(self, title: str, labels: list[str], min_rounds: int
+               ) -> Iterator[Callable[[int, str, float | None], None]]:
+        """A timing group (`dlas.runner.timing`): what is timed, a line (or a live bar)
+        per round with its vCPU placement, and how the rounds fell out."""
+        self.out.print(f"    timing    {len(labels)} variant(s) of {escape(title)}, "
+                       "interleaved in a fresh worker:")
+        for label in labels:
+            self.out.print(f"      {escape(label)}")
+        seen: dict[str, int] = {}
+
+        def on_round(i: int, placement: str, rt_ns: float | None) -> None:
+            seen[placement] = seen.get(placement, 0) + 1
+            if not self.progress:
+                rt = f" ({rt_ns:.0f} ns)" if rt_ns else ""
+                self.out.print(f"      round {i}: {placement}{rt}")
+
+        if not self.progress:
+            yield on_round
+        else:
+            columns = (TextColumn("    timing   "), BarColumn(), MofNCompleteColumn(),
+                       TextColumn("rounds {task.fields[where]}"), TimeElapsedColumn())
+            with Progress(*columns, console=self.out, transient=True) as bar:
+                task = bar.add_task("timing", total=min_rounds, where="")
+
+                def live(i: int, placement: str, rt_ns: float | None) -> None:
+                    on_round(i, placement, rt_ns)
+                    where = ", ".join(f"{k} {v}" for k, v in seen.items())
+                    bar.update(task, completed=min(i, min_rounds), where=f"({where})")
+
+                yield live
+        where = ", ".join(f"{n} {state}" for state, n in seen.items()) or "none"
+        self.out.print(f"    timing    {sum(seen.values())} rounds ({where})")
+
     def summary(self, report: RunReport) -> None:
         if report.rows:
             self.out.print(results_table(report.rows, title="results of this sweep"))
@@ -217,27 +248,27 @@ class RunConsole:
                            "run the same command again to resume")
 
 
-def results_table(rows: list[dict[str, Any]], title: str = "results",
+def results_table(rows: list[ResultRow], title: str = "results",
                   columns: list[str] | None = None) -> Table:
     from dlas.results.store import SUMMARY_COLUMNS
 
     columns = columns or SUMMARY_COLUMNS
     table = Table(title=title, title_justify="left")
+    headers = {"latency_ci_ms": "95% CI ms", "latency_iqr_ms": "IQR ms",
+               "latency_median_ms": "median ms"}
     for col in columns:
-        header = {"latency_cv": "cv", "latency_iqr_ms": "IQR ms"}.get(col, col)
-        table.add_column(header.replace("latency_", "").replace("_ms", " ms"), overflow="fold")
+        table.add_column(headers.get(col, col), overflow="fold")
     for row in rows:
         cells = []
         for col in columns:
-            value = row.get(col)
+            if col == "latency_ci_ms":
+                cells.append(_ci_cell(row))
+                continue
+            value = getattr(row, col)
             if col == "status":
                 cells.append(f"[{_STATUS_STYLE.get(value, '')}]{value}[/]")
             elif col == "verified":
                 cells.append("-" if value is None else ("yes" if value else "NO"))
-            elif col == "latency_cv":
-                cells.append(_cv(row))
-            elif col == "latency_iqr_ms":
-                cells.append(escape(_fmt(iqr_ms(row), 4)))
             elif col == "error" and value:
                 cells.append(escape(str(value)[:120]))
             elif col in ACCURACY_COLUMNS:

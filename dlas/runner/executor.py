@@ -31,12 +31,23 @@ from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
 from dlas.stages import BY_NAME
 from dlas.stages.base import Inputs, Job, Stage, StageEnv, StoredStage, TransientStage
-from dlas.stages.facts import Facts
+from dlas.stages.facts import Facts, MeasureFacts
 from dlas.stages.keys import StageKeys
+from dlas.stages.timed import TimedStage
 from dlas.sweep.grid import Point
 
 F = TypeVar("F", bound=Facts)
 Out = TypeVar("Out")
+
+
+class EntryBusy(Exception):
+    """Another process holds the claim of an entry this one needs: the caller may move on
+    to other work and come back (`StageExecutor(wait_for_claims=False)`)."""
+
+    def __init__(self, stage: str, key: str, holder: Holder | None) -> None:
+        by = f" ({holder.describe()})" if holder else ""
+        super().__init__(f"{stage} {key[:10]} is being computed by another dlas process{by}")
+        self.stage, self.key, self.holder = stage, key, holder
 
 
 class StageFailed(Exception):
@@ -64,9 +75,15 @@ class StageTally:
 
 class StageExecutor:
     def __init__(self, cache: Cache, env: StageEnv, tally: StageTally, *,
-                 claims: Claims | None = None, machine: MachineLock | None = None) -> None:
+                 claims: Claims | None = None, machine: MachineLock | None = None,
+                 wait_for_claims: bool = True, timing_source: str = "sweep") -> None:
         self.cache, self.env, self.tally = cache, env, tally
         self.claims, self.machine = claims, machine
+        #: False: an entry another process is computing raises `EntryBusy` instead of
+        #: waiting for it, so the caller can do other work meanwhile.
+        self.wait_for_claims = wait_for_claims
+        #: What timing runs record as their source ("sweep", "remeasure").
+        self.timing_source = timing_source
         self._facts: dict[tuple[str, str], Any] = {}
         self._outputs: dict[tuple[str, str], Any] = {}
 
@@ -107,7 +124,7 @@ class StageExecutor:
             return value
         try:
             value = produce()
-        except (KeyboardInterrupt, StageFailed):
+        except (KeyboardInterrupt, StageFailed, EntryBusy):
             raise
         except Exception as exc:
             failure = StageFailed(name, exc, traceback.format_exc())
@@ -143,9 +160,17 @@ class StageExecutor:
             self.facts(point, keys, parent)
         elif parent is not None:
             self.output(point, keys, parent)
+        if not self.wait_for_claims and self.claims is not None \
+                and self.claims.is_held(stage.name, key):
+            raise EntryBusy(stage.name, key, self.claims.holder(stage.name, key))
         with self._claim(stage.name, key):
             if self.cache.has(stage.name, key):  # another process computed it meanwhile
                 return self._reused(stage, key, "shared")
+            if isinstance(stage, TimedStage):  # a group of one, in the timing worker
+                outcome = self._time_claimed([(point, keys, stage, key)])[0]
+                if isinstance(outcome, StageFailed):
+                    raise outcome
+                return outcome  # type: ignore[return-value]
             return self._compute(point, keys, stage, key)
 
     def _claim(self, stage: str, key: str) -> contextlib.AbstractContextManager[None]:
@@ -180,3 +205,136 @@ class StageExecutor:
                     "span": [began, time.time()], "exclusive": resources.exclusive})
         self.console.stage(stage.name, "done", key, self._computed(stage.name, start))
         return facts
+
+    # -- timing groups ----------------------------------------------------------------
+
+    def timings(self, items: list[tuple[Point, StageKeys]], title: str
+                ) -> list[MeasureFacts | StageFailed | EntryBusy]:
+        """The timing entries (`measure`, `baseline`) of a model's variants, those missing
+        computed together in one timing worker (`dlas.runner.timing`).
+
+        Per item: its facts; the `StageFailed` of its stage or an upstream one; or
+        `EntryBusy` when another process holds its claim (that process times it; come
+        back for it later). Claims are only ever tried, never waited for, so two
+        processes timing overlapping groups cannot wait on each other.
+        """
+        from dlas.stages import BASELINE, MEASURE
+
+        out: list[Any] = [None] * len(items)
+        todo: list[tuple[int, Point, StageKeys, TimedStage, str, Any]] = []
+        for i, (point, keys) in enumerate(items):
+            stage: TimedStage = BASELINE if point.is_baseline else MEASURE
+            key = keys[stage.name]
+            memo = self._facts.get((stage.name, key))
+            if memo is not None:
+                out[i] = memo
+                continue
+            try:
+                if self.cache.has(stage.name, key):
+                    out[i] = self.facts(point, keys, stage)
+                    continue
+                parent = BY_NAME[stage.parent or ""]
+                assert isinstance(parent, StoredStage)
+                self.facts(point, keys, parent)
+            except (StageFailed, EntryBusy) as exc:
+                out[i] = exc
+                continue
+            claim = self.claims.try_hold(stage.name, key) if self.claims else None
+            if self.claims is not None and claim is None:
+                out[i] = EntryBusy(stage.name, key, self.claims.holder(stage.name, key))
+                continue
+            if self.cache.has(stage.name, key):  # stored between the check and the claim
+                if claim is not None:
+                    claim.release()
+                out[i] = self.facts(point, keys, stage)
+                continue
+            todo.append((i, point, keys, stage, key, claim))
+        try:
+            if todo:
+                got = self._time_claimed([(p, k, st, key) for _, p, k, st, key, _ in todo],
+                                         title)
+                for (i, *_rest), outcome in zip(todo, got, strict=True):
+                    out[i] = outcome
+        finally:
+            for *_rest, claim in todo:
+                if claim is not None:
+                    claim.release()
+        return out
+
+    def _time_claimed(self, entries: list[tuple[Point, StageKeys, TimedStage, str]],
+                      title: str | None = None) -> list[MeasureFacts | StageFailed]:
+        """Time entries whose claims this process holds, in one worker; store each."""
+        from dlas.runner.timing import (
+            MemberResult,
+            TimingMember,
+            TimingRequest,
+            WorkerEvents,
+            group_title,
+            plan_threads,
+            rounds_policy,
+            time_group,
+        )
+        from dlas.stages.timed import subject_label
+
+        first = entries[0][0]
+        resources = entries[0][2].resources_for(first)
+        hold = (self.machine.hold(resources, lambda what: self.console.note(f"waiting: {what}"))
+                if self.machine is not None else contextlib.nullcontext())
+        results: list[MeasureFacts | StageFailed] = []
+        with hold, contextlib.ExitStack() as stack:
+            writers, members = [], []
+            for point, keys, stage, key in entries:
+                meta: dict[str, Any] = {"stage": stage.name, "key": key}
+                ctx = self.cache.write(stage.name, key, meta)
+                tmp = ctx.__enter__()
+                stack.callback(_abandon, ctx)  # an entry not committed below is removed
+                writers.append((ctx, meta))
+                members.append(TimingMember(point, keys, stage.name, subject_label(point),
+                                            str(tmp)))
+            threads, cpus, single, probe = plan_threads(first)
+            request = TimingRequest(
+                workspace_root=str(self.env.workspace_root), cache_dir=str(self.cache.root),
+                members=members, policy=rounds_policy(first), threads=threads, cpus=cpus,
+                single=single, probe_placement=probe, source=self.timing_source,
+                seed=first.budgets.seed)
+            began, start = time.time(), time.perf_counter()
+            with self.console.timing(title or group_title(first),
+                                     [m.label for m in members],
+                                     request.policy.min_rounds) as on_round:
+                got: list[MemberResult] = time_group(
+                    request, WorkerEvents(note=self.console.note, round=on_round))
+            elapsed = time.perf_counter() - start
+            for (_, _, stage, key), (ctx, meta), result in zip(entries, writers, got,
+                                                                       strict=True):
+                name = (stage.name, key)
+                if result.meta is None:
+                    failure = StageFailed(stage.name, RuntimeError(result.error or "failed"),
+                                          result.traceback or "")
+                    self._facts[name] = failure
+                    results.append(failure)
+                    continue
+                facts = stage.read_facts(result.meta)
+                facts.seconds = elapsed / len(entries)
+                meta.update(facts.to_meta(), computed_by={
+                    "host": socket.gethostname(), "pid": os.getpid(),
+                    "span": [began, time.time()], "exclusive": True,
+                    "interleaved": len(entries)})
+                ctx.__exit__(None, None, None)  # publish the entry
+                self.tally.computed[stage.name] += 1
+                self.tally.seconds[stage.name] += facts.seconds
+                self._facts[name] = facts
+                results.append(facts)
+        return results
+
+
+class _Abandon(Exception):
+    """Raised into an entry writer to drop its temporary folder."""
+
+
+def _abandon(ctx: contextlib.AbstractContextManager[Any]) -> None:
+    """Exit a cache writer that was not committed (its folder is removed); a committed one
+    has already exited, and a second exit is a no-op."""
+    try:
+        ctx.__exit__(_Abandon, _Abandon(), None)
+    except (_Abandon, RuntimeError, StopIteration):
+        pass

@@ -25,17 +25,18 @@ import socket
 import time
 import traceback
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dlas import registry
+from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import StageExecutor, StageFailed, StageTally
-from dlas.runner.rows import failed_row, finish_row, new_row, unmeasurable_row
+from dlas.runner.rows import failed_row, finish_row, new_row, record_timing, unmeasurable_row
 from dlas.runner.runner import (
     RunReport,
     Workspace,
@@ -43,6 +44,7 @@ from dlas.runner.runner import (
     points_to_run,
     record_row,
 )
+from dlas.runner.timing import group_key
 from dlas.stages import BY_NAME, STAGES, stage_keys
 from dlas.stages.base import StageEnv, StoredStage
 from dlas.stages.keys import StageKeys
@@ -53,6 +55,8 @@ from dlas.targets.resolve import resolve_target
 #: Times Ray re-runs a task whose worker or node died (a stage that raises is not retried:
 #: it is a result).
 MAX_RETRIES = 3
+#: Stages computed by the timing worker, a model's variants together.
+TIMING_STAGES = frozenset({"measure", "baseline"})
 #: Environment variables the driver passes to its workers (lock folder, thread count).
 PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
 
@@ -146,13 +150,57 @@ def run_stage_task(point: Point, stage: str, keys: StageKeys, workspace_root: st
                         seconds=tally.seconds[stage], host=socket.gethostname())
 
 
+def run_timing_group_task(members: list[tuple[Point, StageKeys]], workspace_root: str,
+                          cache_dir: str, source: str = "sweep") -> list[StageOutcome]:
+    """A Ray task's body: the timing entries of one model's variants, timed together in a
+    timing worker on this node (`dlas.runner.timing`)."""
+    from dlas.runner.executor import EntryBusy
+    from dlas.runner.machine import MachineLock
+    from dlas.runner.timing import group_title
+
+    registry.load_plugins()
+    host = socket.gethostname()
+    for point, keys in members:
+        if stage_keys(point) != keys:
+            return [StageOutcome(error_stage="measure", host=host, error=(
+                f"this node ({host}) gives the point other stage keys than the driver: "
+                "its target or machine differs (a 'host' target resolves to each "
+                "machine's CPU); use identical nodes, or name the target explicitly"))
+                for _ in members]
+    tally = StageTally()
+    cache = Cache(Path(cache_dir))
+    env = StageEnv(Path(workspace_root), _WorkerConsole(progress=False), progress=False)
+    executor = StageExecutor(cache, env, tally, claims=Claims(cache.root),
+                             machine=MachineLock(), wait_for_claims=False,
+                             timing_source=source)
+    outcomes = executor.timings(members, group_title(members[0][0]))
+    executor.wait_for_claims = True  # what another process was timing: wait for it
+    out = []
+    for (point, keys), outcome in zip(members, outcomes, strict=True):
+        stage = BY_NAME["baseline" if point.is_baseline else "measure"]
+        assert isinstance(stage, StoredStage)
+        if isinstance(outcome, EntryBusy):
+            try:
+                outcome = executor.facts(point, keys, stage)
+            except StageFailed as failure:
+                outcome = failure
+        if isinstance(outcome, StageFailed):
+            out.append(StageOutcome(error_stage=outcome.stage, host=host,
+                                    error=outcome.message, traceback=outcome.tb))
+            continue
+        out.append(StageOutcome(meta=outcome.to_meta(), host=host,
+                                computed=tally.computed[stage.name] > 0,
+                                seconds=outcome.seconds or 0.0))
+    return out
+
+
 @dataclass
 class _PointState:
     index: int
     point: Point
     keys: StageKeys
     nodes: list[Node]
-    row: dict[str, Any] = field(default_factory=dict)
+    row: ResultRow
 
 
 class RayRunner:
@@ -165,6 +213,8 @@ class RayRunner:
         self.cache = Cache(workspace.cache_dir)
         self.console = console or RunConsole(progress=progress)
         self.report = RunReport()
+        #: What timing runs record as their source ("sweep", "remeasure").
+        self.timing_source = "sweep"
 
     # -- cluster --------------------------------------------------------------------
 
@@ -231,9 +281,11 @@ class RayRunner:
 
         report = self.report
         states: list[_PointState] = []
+        sweep = config.name
+        self._sweep = sweep
         for i, point in points_to_run(points, store, report, self.console,
-                                      retry_failed=retry_failed):
-            row = new_row(point, config.name)
+                                      retry_failed=retry_failed, sweep=sweep):
+            row = new_row(point, sweep)
             if point.blocked:
                 row.update(status="not_runnable", error=point.blocked)
                 self._record(store, row, _PointState(i, point, StageKeys(()), [], row))
@@ -257,7 +309,14 @@ class RayRunner:
                 report.reused[node.stage] += 1
 
         remote = ray.remote(run_stage_task)
+        remote_group = ray.remote(run_timing_group_task)
         timing_cpus = self._node_cpus()
+        # timing entries go to the timing worker a model's variants at a time
+        groups: dict[str, list[tuple[Node, _PointState]]] = defaultdict(list)
+        for node, state in needed.items():
+            if node.stage in TIMING_STAGES:
+                groups[group_key(state.point)].append((node, state))
+        group_refs: dict[Any, list[Node]] = {}
         running: dict[Any, Node] = {}
         submitted: set[Node] = set()
         pending_points = list(states)
@@ -268,7 +327,7 @@ class RayRunner:
                 if not stop:
                     for node, state in needed.items():
                         up = parent[node]
-                        if node in outcome or node in submitted:
+                        if node in outcome or node in submitted or node.stage in TIMING_STAGES:
                             continue
                         if up is not None and (up not in outcome or outcome[up].meta is None):
                             continue
@@ -282,18 +341,49 @@ class RayRunner:
                         running[ref] = node
                         submitted.add(node)
                 self._propagate_failures(needed, parent, outcome)
+                if not stop:
+                    for members in groups.values():
+                        todo = [(n, st) for n, st in members
+                                if n not in outcome and n not in submitted]
+                        upstream = [parent[n] for n, _ in todo]
+                        if not todo or any(up is not None and up not in outcome
+                                           for up in upstream):
+                            continue  # a member's upstream is still being computed
+                        ref = remote_group.options(
+                            num_cpus=timing_cpus, max_retries=MAX_RETRIES,
+                            name=f"dlas timing {len(todo)} variants").remote(
+                            [(st.point, st.keys) for _, st in todo],
+                            str(self.workspace.root), str(self.workspace.cache_dir),
+                            self.timing_source)
+                        group_refs[ref] = [n for n, _ in todo]
+                        submitted.update(n for n, _ in todo)
+                self._propagate_failures(needed, parent, outcome)
                 for state in list(pending_points):
-                    if self._finish_point(state, outcome):
+                    if self._finish_point(state, outcome, store):
                         pending_points.remove(state)
                         row = state.row
                         self._record(store, row, state)
-                        if fail_fast and row["status"] in ("failed", "verification_failed"):
+                        if fail_fast and row.status in ("failed", "verification_failed"):
                             self.console.note("stopping: --fail-fast and a point failed")
                             stop = True
-                if not running or (stop and not running):
+                if not running and not group_refs:
                     break
-                ready, _ = ray.wait(list(running), num_returns=1)
+                ready, _ = ray.wait([*running, *group_refs], num_returns=1)
                 for ref in ready:
+                    if ref in group_refs:
+                        nodes = group_refs.pop(ref)
+                        try:
+                            results: list[StageOutcome] = ray.get(ref)
+                        except Exception as exc:  # noqa: BLE001 - retries spent, or cancelled
+                            results = [StageOutcome(error_stage=n.stage,
+                                                    error=f"{type(exc).__name__}: {exc}",
+                                                    traceback=traceback.format_exc())
+                                       for n in nodes]
+                        for node, result in zip(nodes, results, strict=True):
+                            outcome[node] = result
+                            done_count += 1
+                            self._tally(node, result, done_count, total)
+                        continue
                     node = running.pop(ref)
                     try:
                         result: StageOutcome = ray.get(ref)
@@ -305,11 +395,12 @@ class RayRunner:
                     done_count += 1
                     self._tally(node, result, done_count, total)
                 if stop:
-                    for ref in running:
+                    for ref in [*running, *group_refs]:
                         ray.cancel(ref, force=True)
                     running.clear()
+                    group_refs.clear()
         except KeyboardInterrupt:
-            for ref in running:
+            for ref in [*running, *group_refs]:
                 ray.cancel(ref, force=True)
             raise
 
@@ -342,7 +433,8 @@ class RayRunner:
                     outcome[node] = outcome[up]
                     changed = True
 
-    def _finish_point(self, state: _PointState, outcome: dict[Node, StageOutcome]) -> bool:
+    def _finish_point(self, state: _PointState, outcome: dict[Node, StageOutcome],
+                      store: ResultStore) -> bool:
         """Fill the point's row once all its entries are known; False while some run."""
         if not all(node in outcome for node in state.nodes):
             return False
@@ -352,7 +444,7 @@ class RayRunner:
             result = outcome[node]
             if result.computed:
                 seconds[node.stage] += result.seconds
-        row["stage_seconds"] = {s: seconds[s] for s in STAGES}
+        row.stage_seconds = {s: seconds[s] for s in STAGES}
         failed = next((outcome[n] for n in state.nodes if outcome[n].meta is None), None)
         if failed is not None:
             failed_row(row, failed.error_stage, failed.error, failed.traceback)
@@ -362,11 +454,14 @@ class RayRunner:
         if "measure" not in facts and "baseline" not in facts:
             unmeasurable_row(row, resolve_target(point).unmeasurable, facts["compile"])
             return True
+        stage = "measure" if "measure" in facts else "baseline"
+        measured = facts[stage]
+        history = record_timing(store, point, state.keys[stage], measured)
         finish_row(row, point, facts["train"], facts["compress"], facts["import"],
-                   facts.get("compile"), facts.get("measure") or facts["baseline"])
+                   facts.get("compile"), measured, history, state.keys[stage])
         return True
 
-    def _record(self, store: ResultStore, row: dict[str, Any], state: _PointState) -> None:
+    def _record(self, store: ResultStore, row: ResultRow, state: _PointState) -> None:
         self.console.point_start(state.index, self.report.points, state.point)
-        record_row(store, self.report, self.console, row)
+        record_row(store, self.report, self.console, row, self._sweep)
 

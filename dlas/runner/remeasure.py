@@ -1,10 +1,12 @@
-"""Time again the points whose stored timing is flagged noisy, without recompiling them.
+"""Time the points of a sweep again, without recompiling them.
 
-The measure stage re-takes samples taken on a busy machine only within the sweep's budget
-(`dlas.measure.sampling`); what stays noisy is cached like any result, so an ordinary re-run
-reuses it. `dlas run --remeasure-noisy` drops those timings (the `measure` entry of a TVM
-point, the `baseline` entry of a baseline point) before the run, which then verifies and
-times them again from the cached compiled module, on a machine that is hopefully quieter.
+`dlas run CONFIG --remeasure` is the paper's "repeat the experiment" in one command: it
+drops the cached timing entry of every measured point (the `measure` entry of a TVM
+point, the `baseline` entry of a baseline point), so the run times each of them again in
+fresh timing workers, interleaved with their model's other variants, from the cached
+compiled modules. Every timing run stays in the results database's history
+(`timing_runs`); the rows' figures and intervals are computed over all of them and show
+their spread. `--remeasure-noisy` does the same only for the rows flagged noisy.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from dlas.sweep.config import SweepConfig
 from dlas.sweep.grid import Point, expand
 
 
-def forget_noisy_timings(config: SweepConfig, db_path: Path, cache: Cache) -> list[Point]:
-    """Drop the cached timing of every point of `config` whose row is ok but noisy; return
-    those points. Rows stay until the run rewrites them."""
+def forget_timings(config: SweepConfig, db_path: Path, cache: Cache, *,
+                   only_noisy: bool) -> list[Point]:
+    """Drop the cached timing of every point of `config` whose row is ok (and noisy, with
+    `only_noisy`); return those points. Rows and timing history stay; the run rewrites
+    the rows."""
     if not Path(db_path).exists():
         return []
     dropped = []
@@ -29,7 +33,7 @@ def forget_noisy_timings(config: SweepConfig, db_path: Path, cache: Cache) -> li
             if point.blocked:
                 continue
             row = store.get(point.key)
-            if row is None or row["status"] != "ok" or not row.get("noisy"):
+            if row is None or row.status != "ok" or (only_noisy and not row.noisy):
                 continue
             keys = stage_keys(point)
             stage, key = ("baseline", keys.baseline) if point.is_baseline else (

@@ -1,16 +1,22 @@
 """The result row of a point, from its stages' facts: one path for TVM variants and
-baselines.
+baselines, and for every executor.
 
 Facts known before anything runs are written up front (what ran it, on what kind of
-device, with which weight format), so the report never has to guess them from names.
+device, with which weight format), so the report never has to guess them from names. A
+timed point's latency columns come from its timing history (`dlas.results.timing`): the
+run its timing entry holds is recorded first, then the figures are computed over every
+run of that entry.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dlas.measure.record import TimingRun
 from dlas.results.environment import capture_environment
-from dlas.results.store import latency_columns
+from dlas.results.row import ResultRow
+from dlas.results.store import ResultStore
+from dlas.results.timing import latency_columns, legacy_run
 from dlas.stages.facts import CompileFacts, CompressFacts, ImportFacts, MeasureFacts, TrainFacts
 from dlas.sweep.grid import Point
 
@@ -38,19 +44,19 @@ def point_facts(point: Point) -> dict[str, Any]:
     }
 
 
-def new_row(point: Point, sweep: str) -> dict[str, Any]:
+def new_row(point: Point, sweep: str) -> ResultRow:
     """The columns every row has, before any stage ran."""
-    return {
-        "point_key": point.key, "sweep": sweep,
+    return ResultRow(
+        point_key=point.key, sweep=sweep,
         **{col: point.labels()[layer] for col, layer in _LAYER_COLUMNS.items()},
-        "config": {
+        config={
             "choices": {layer: c.identity() for layer, c in point.choices.items()},
             "budgets": point.budgets.model_dump(mode="json"),
         },
-        "environment": capture_environment(),
-        "measure_repeat": point.budgets.measure_repeat,
+        environment=capture_environment(),
+        measure_repeat=point.budgets.measure_repeat,
         **point_facts(point),
-    }
+    )
 
 
 def compile_columns(compiled: CompileFacts) -> dict[str, Any]:
@@ -105,39 +111,54 @@ def measured_columns(compressed: CompressFacts, trained: TrainFacts,
     )
 
 
-def failed_row(row: dict[str, Any], stage: str | None, error: str | None,
-               traceback: str | None) -> dict[str, Any]:
+def failed_row(row: ResultRow, stage: str | None, error: str | None,
+               traceback: str | None) -> ResultRow:
     """A point whose `stage` raised (or whose upstream did)."""
-    row.update(status="failed", error_stage=stage, error=error, traceback=traceback)
-    return row
+    return row.update(status="failed", error_stage=stage, error=error, traceback=traceback)
 
 
-def unmeasurable_row(row: dict[str, Any], reason: str | None,
-                     compiled: CompileFacts) -> dict[str, Any]:
+def unmeasurable_row(row: ResultRow, reason: str | None, compiled: CompileFacts) -> ResultRow:
     """A point compiled (and cached) for a target nothing here can run."""
-    row.update(status="not_runnable", error_stage="measure", error=reason,
-               **compile_columns(compiled))
-    return row
+    return row.update(status="not_runnable", error_stage="measure", error=reason,
+                      **compile_columns(compiled))
 
 
-def finish_row(row: dict[str, Any], point: Point, trained: TrainFacts,
+def timing_run_of(measured: MeasureFacts) -> TimingRun:
+    """The timing run a timing entry holds (an entry older than rounds: one legacy run)."""
+    if measured.timing is not None:
+        return measured.timing
+    return legacy_run(measured.samples_ms or [], noise=measured.noise)
+
+
+def finish_row(row: ResultRow, point: Point, trained: TrainFacts,
                compressed: CompressFacts, imported: ImportFacts,
-               compiled: CompileFacts | None, measured: MeasureFacts) -> dict[str, Any]:
-    """Fill a row from a point's facts; `compiled` is None for a baseline point."""
+               compiled: CompileFacts | None, measured: MeasureFacts,
+               history: list[TimingRun] | None = None,
+               timing_key: str | None = None) -> ResultRow:
+    """Fill a row from a point's facts; `compiled` is None for a baseline point.
+    `history`: every timing run of the point's timing entry `timing_key` (default: the
+    entry's own run)."""
     stage = "baseline" if compiled is None else "measure"
     if measured.not_runnable is not None:
-        row.update(status="not_runnable", error_stage=stage,
-                   error=f"tuning '{point.tuning.name}': {measured.not_runnable}")
-        return row
-    row.update(measured_columns(compressed, trained, measured,
-                                "tvm" if compiled is not None else point.tuning.name))
+        return row.update(status="not_runnable", error_stage=stage,
+                          error=f"tuning '{point.tuning.name}': {measured.not_runnable}")
+    row.update(**measured_columns(compressed, trained, measured,
+                                  "tvm" if compiled is not None else point.tuning.name))
     if compiled is not None:
-        row.update(compile_columns(compiled),
+        row.update(**compile_columns(compiled),
                    conv_fallbacks=imported.precision_fallbacks + compiled.fallbacks)
     if not measured.passed:
-        row.update(status="verification_failed", error_stage=stage, error=measured.error)
-        return row
-    row.update(status="ok", **latency_columns(measured.samples_ms or [],
-                                              point.budgets.cv_threshold,
-                                              measured.noise))
-    return row
+        return row.update(status="verification_failed", error_stage=stage,
+                          error=measured.error)
+    runs = history or [timing_run_of(measured)]
+    return row.update(status="ok", timing_key=timing_key,
+                      **latency_columns(runs, point.budgets.ci_threshold))
+
+
+def record_timing(store: ResultStore, point: Point, timing_key: str,
+                  measured: MeasureFacts) -> list[TimingRun]:
+    """Add the entry's timing run to the point's history; return the whole history of
+    this entry (what the row's figures are computed over)."""
+    if measured.passed and (measured.timing is not None or measured.samples_ms):
+        store.add_timing_run(point.key, timing_key, timing_run_of(measured))
+    return store.timing_runs(point.key, timing_key)

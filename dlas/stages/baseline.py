@@ -1,7 +1,8 @@
 """Stage `baseline`: a baseline point's one stage after import. The compressed model runs
 in the baseline runtime (a `tuning` option tagged `baseline`: PyTorch, ONNX Runtime),
 verified against the same reference outputs as the TVM variants and timed by the same
-path (`dlas.stages.timed`). A runtime that cannot run the model says why."""
+path, interleaved with them (`dlas.stages.timed`). A runtime that cannot run the model
+says why."""
 
 from __future__ import annotations
 
@@ -10,14 +11,19 @@ from typing import Any
 
 import numpy as np
 
-from dlas.measure.sampling import CpuLoadProbe
-from dlas.stages.base import Job, Resources, StoredStage
+from dlas.measure.load import CpuLoadProbe
+from dlas.stages.base import Inputs
 from dlas.stages.compress import COMPRESS
 from dlas.stages.data import DATA
 from dlas.stages.facts import MeasureFacts
 from dlas.stages.import_model import IMPORT
-from dlas.stages.timed import Timed, dataset_accuracy, timing_key_inputs, verify_and_time
-from dlas.stages.train import TRAIN
+from dlas.stages.timed import (
+    Timed,
+    TimedStage,
+    TimingContext,
+    dataset_accuracy,
+    timing_key_inputs,
+)
 from dlas.sweep.grid import Point
 from dlas.targets.resolve import resolve_target
 
@@ -25,18 +31,22 @@ from dlas.targets.resolve import resolve_target
 class BaselineRun(Timed):
     """A baseline runtime's peer (`dlas.tuning.baselines.base.Peer`)."""
 
-    def __init__(self, peer: Any) -> None:
+    def __init__(self, peer: Any, cpus: list[int] | None) -> None:
         self.peer = peer
         self.runtime = peer.runtime
         self.threads = peer.threads
+        self.cpus = list(cpus or [])
 
     def run_batch1(self, inputs: np.ndarray) -> np.ndarray:
         return self.peer.run_batch1(inputs)
 
-    def time(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
+    def time_runs(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
         from dlas.tuning.baselines.base import time_peer
 
-        return time_peer(self.peer.bind(x), repeat=repeat, number=number, warmup=warmup)
+        bound = getattr(self, "_bound", None)
+        if bound is None or bound[0] is not x:  # bind once per input, not per chunk
+            bound = self._bound = (x, self.peer.bind(x))
+        return time_peer(bound[1], repeat=repeat, number=number, warmup=warmup)
 
     def accuracy(self, dataset: Any) -> float:
         return dataset_accuracy(self.peer.run, dataset)
@@ -50,6 +60,9 @@ class BaselineRun(Timed):
     def mismatch_hint(self) -> str | None:
         return self.peer.mismatch_hint()
 
+    def close(self) -> None:
+        self.peer.close()
+
 
 def baseline_threads(point: Point) -> int:
     from dlas.targets.host import available_cores
@@ -57,45 +70,37 @@ def baseline_threads(point: Point) -> int:
     return resolve_target(point).num_threads or available_cores()
 
 
-class BaselineStage(StoredStage[MeasureFacts, MeasureFacts]):
+class BaselineStage(TimedStage):
     name = "baseline"
-    #: 2: accuracy of a reduced-precision baseline measured in its own runtime, always.
-    version = 2
+    #: 3: timed in the timing worker, interleaved with the model's TVM variants, in
+    #: rounds labelled with the vCPU placement; intra-op threads pinned.
+    version = 3
     parent = "import"
     parent_field = "imported"
     needs = ("data", "train", "compress", "import")
-    facts_type = MeasureFacts
-    resources = Resources(cpus=2, exclusive=True)
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return {"runtime": point.tuning.identity(), "target": point.targets.identity(),
                 **timing_key_inputs(point)}
 
-    def compute(self, job: Job) -> MeasureFacts:
+    def subject(self, point: Point, inputs: Inputs, context: TimingContext,
+                work_dir: Path) -> Timed | MeasureFacts:
         from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable
 
-        point = job.point
-        compressed = job.inputs[COMPRESS]
-        imported = job.inputs[IMPORT]
+        compressed = inputs[COMPRESS]
+        imported = inputs[IMPORT]
+        threads = baseline_threads(point)
+        cpus = context.cpus[:threads] if context.cpus and len(context.cpus) >= threads \
+            else None
         model = BaselineModel(
-            compressed.model, imported.facts.precision,
-            tuple(job.inputs[DATA].input_shape), baseline_threads(point),
-            quantized_onnx=compressed.quantized_onnx(), work_dir=job.dir,
-            info=compressed.facts.info or {})
+            compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
+            threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
+            info=compressed.facts.info or {}, cpus=cpus)
         try:
-            with job.env.console.activity(f"loading the model in {point.tuning.label}"):
-                peer = point.tuning.option.fn(point.tuning.params, model)
+            peer = point.tuning.option.fn(point.tuning.params, model)
         except BaselineNotRunnable as exc:
             return MeasureFacts(not_runnable=str(exc))
-        try:
-            return verify_and_time(BaselineRun(peer), imported, job,
-                                   accuracy_available=job.inputs.facts(TRAIN).accuracy
-                                   is not None)
-        finally:
-            peer.close()
-
-    def load(self, path: Path, facts: MeasureFacts) -> MeasureFacts:
-        return facts
+        return BaselineRun(peer, cpus)
 
 
 BASELINE = BaselineStage()

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlas.measure.record import TimingRun
+
 
 class Facts(BaseModel):
     """Facts every stored stage entry has: how long its compute took."""
@@ -116,7 +118,12 @@ class MeasureFacts(Facts):
     error: str | None = None
     #: Accuracy measured in the runtime (reduced precision only).
     accuracy: float | None = None
+    #: The samples of the run's own placement (`timing.placement`), pooled over rounds.
     samples_ms: list[float] | None = None
+    #: Every round of the timing run (`dlas.measure.rounds`); None in entries written
+    #: before rounds existed.
+    timing: TimingRun | None = None
+    #: Entries written before rounds existed: how their samples were collected.
     noise: dict[str, Any] | None = None
     threads: int | None = None
     #: Baselines: the runtime, its version and settings.

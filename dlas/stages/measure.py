@@ -1,5 +1,6 @@
-"""Stage `measure`: the compiled library loaded on the target's device (this process's
-CPU or GPU, or a board over RPC), verified, then timed (`dlas.stages.timed`)."""
+"""Stage `measure`: the compiled library loaded on the target's device (this machine's CPU
+or GPU, or a board over RPC), verified, then timed with the other variants of its model
+(`dlas.stages.timed`, in the timing worker)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from dlas.measure.sampling import CpuLoadProbe
-from dlas.stages.base import Job, Resources, StoredStage
+from dlas.measure.load import CpuLoadProbe
+from dlas.stages.base import Inputs
 from dlas.stages.compile import COMPILE
-from dlas.stages.facts import MeasureFacts
-from dlas.stages.import_model import IMPORT
-from dlas.stages.timed import Timed, dataset_accuracy, timing_key_inputs, verify_and_time
-from dlas.stages.train import TRAIN
+from dlas.stages.timed import (
+    Timed,
+    TimedStage,
+    TimingContext,
+    dataset_accuracy,
+    timing_key_inputs,
+)
 from dlas.sweep.grid import Point
 from dlas.targets.resolve import resolve_target
 
@@ -28,14 +32,15 @@ class TvmVariant(Timed):
         self.session = session
         self.vm = session.load(library)
         self.threads = session.set_threads(num_threads) or None
-        self.retake_on_cv = session.retake_on_cv
+        pin = getattr(session, "pin", None)
+        self.cpus = list(pin[: self.threads]) if pin and self.threads else []
 
     def run_batch1(self, inputs: np.ndarray) -> np.ndarray:
         from dlas.measure.timing import run_batch
 
         return run_batch(self.vm, inputs, device=self.session.device)
 
-    def time(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
+    def time_runs(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
         from dlas.measure.timing import time_vm
 
         return time_vm(self.vm, x, repeat=repeat, number=number, warmup=warmup,
@@ -48,34 +53,23 @@ class TvmVariant(Timed):
         return self.session.load_probe()
 
 
-class MeasureStage(StoredStage[MeasureFacts, MeasureFacts]):
+class MeasureStage(TimedStage):
     name = "measure"
-    #: 2: per-precision verification, agreement with float32, accuracy of
-    #: reduced-precision compiled models.
-    version = 2
+    #: 3: timed in the timing worker, interleaved with the model's other variants, in
+    #: rounds labelled with the vCPU placement; threads pinned.
+    version = 3
     parent = "compile"
     parent_field = "compiled"
     needs = ("data", "train", "import", "compile")
-    facts_type = MeasureFacts
-    resources = Resources(cpus=2, exclusive=True)
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return timing_key_inputs(point)
 
-    def compute(self, job: Job) -> MeasureFacts:
-        from dlas.measure.session import open_session
-
-        target = resolve_target(job.point)
-        imported = job.inputs[IMPORT]
-        library = job.inputs[COMPILE].executable
-        accuracy_available = job.inputs.facts(TRAIN).accuracy is not None
-        with open_session(target) as session:
-            variant = TvmVariant(session, library, target.num_threads)
-            return verify_and_time(variant, imported, job,
-                                   accuracy_available=accuracy_available)
-
-    def load(self, path: Path, facts: MeasureFacts) -> MeasureFacts:
-        return facts
+    def subject(self, point: Point, inputs: Inputs, context: TimingContext,
+                work_dir: Path) -> Timed:
+        target = resolve_target(point)
+        library = inputs[COMPILE].executable
+        return TvmVariant(context.session(target), library, target.num_threads)
 
 
 MEASURE = MeasureStage()

@@ -1,23 +1,31 @@
 """One verify-and-time path for everything a sweep times: a TVM variant on its session's
 device, or the same compressed model in a baseline runtime (PyTorch, ONNX Runtime).
 
-The output on the import stage's verification inputs is checked against the reference
-(`dlas.measure.verify`); a run computing another function is reported and never timed.
+The timing stages (`measure` for TVM variants, `baseline` for runtimes) are `TimedStage`s:
+the executor does not call a compute of theirs in the sweep's own process. It hands the
+entries of a model's variants to the timing worker (`dlas.runner.timing`), a fresh
+process that builds each variant's `Timed` subject through its stage (`TimedStage.subject`),
+verifies it (`verify`), and times all of them interleaved, round by round
+(`dlas.measure.rounds`). A run computing another function is reported and never timed.
 A reduced-precision model's accuracy exists only in the runtime that runs it, so it is
-measured there. Samples are taken in chunks under the noise policy (`dlas.measure.sampling`).
+measured there.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dlas.measure.sampling import CpuLoadProbe
-from dlas.stages.base import Job
+from dlas.measure.load import CpuLoadProbe
+from dlas.stages.base import Inputs, Job, Resources, StageEnv, StoredStage
 from dlas.stages.facts import Agreement, MeasureFacts
 from dlas.stages.outputs import ImportedModule
+from dlas.sweep.grid import Point
 
 
 class Timed(ABC):
@@ -27,18 +35,27 @@ class Timed(ABC):
     runtime: str
     #: Intra-op threads the runtime runs with, when known.
     threads: int | None = None
-    #: Re-take a whole set of samples that disperses (for devices whose contention the
-    #: load probe cannot observe).
-    retake_on_cv: bool = False
+    #: Identifies the variant among those timed with it (set by the worker).
+    label: str = ""
+    #: CPUs its threads are pinned to (empty: not pinned, or not on this host).
+    cpus: Sequence[int] = ()
+    #: The input timed (batch 1), set before timing.
+    x: np.ndarray | None = None
+    number: int = 1
 
     @abstractmethod
     def run_batch1(self, inputs: np.ndarray) -> np.ndarray:
         """Logits (N, classes) float32, the samples run one by one at batch 1."""
 
     @abstractmethod
-    def time(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
+    def time_runs(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
         """Seconds per inference of the batch-1 input `x`: `repeat` samples, each the mean
         of `number` calls, after `warmup` discarded ones."""
+
+    def time(self, n: int, warmup: int) -> list[float]:
+        """The sampler's call (`dlas.measure.rounds.Subject`)."""
+        assert self.x is not None, "set the timed input first"
+        return self.time_runs(self.x, n, self.number, warmup)
 
     @abstractmethod
     def accuracy(self, dataset: Any) -> float:
@@ -56,8 +73,38 @@ class Timed(ABC):
         """What to do when the output fails verification, if the runtime knows a cause."""
         return None
 
+    def close(self) -> None:  # noqa: B027 - most subjects hold nothing process-wide
+        """Release what the subject changed process-wide (threads, sessions)."""
 
-def timing_key_inputs(point: Any) -> dict[str, Any]:
+
+@dataclass
+class TimingContext:
+    """What the timing worker gives every subject it builds: shared measurement sessions
+    (one per target: a board over RPC serves one session at a time) and the CPUs threads
+    are pinned to."""
+
+    #: CPUs to pin threads to, one per thread (None: leave threads floating).
+    cpus: list[int] | None = None
+    sessions: dict[str, Any] = field(default_factory=dict)
+
+    def session(self, target: Any) -> Any:
+        """The open session measuring `target` (opened on first use)."""
+        from dlas.measure.session import open_session
+        from dlas.sweep.grid import canonical_json
+
+        key = canonical_json({"target": target.tvm_target, "device": target.device,
+                              "rpc": None if target.rpc is None else str(target.rpc)})
+        if key not in self.sessions:
+            self.sessions[key] = open_session(target, pin=self.cpus).__enter__()
+        return self.sessions[key]
+
+    def close(self) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+
+
+def timing_key_inputs(point: Point) -> dict[str, Any]:
     """What a timing's key hashes, TVM variant or baseline: the sampling budgets, the
     threads, and the machine and hardware the samples are taken on."""
     from dlas.results.environment import machine_fingerprint
@@ -70,16 +117,40 @@ def timing_key_inputs(point: Any) -> dict[str, Any]:
             "hardware": target.fingerprint}
 
 
-def verify_and_time(subject: Timed, imported: ImportedModule, job: Job, *,
-                    accuracy_available: bool) -> MeasureFacts:
-    """Verify `subject` against the point's reference outputs, measure its accuracy where
-    it computes in reduced precision, and time it."""
-    from dlas.measure.sampling import NoisePolicy, collect_samples
+def subject_label(point: Point) -> str:
+    """How a variant is named among the variants of its model timed with it."""
+    return " / ".join((point.compression.label, point.algorithms.label, point.tuning.label))
+
+
+class TimedStage(StoredStage[MeasureFacts, MeasureFacts]):
+    """A stage whose entry is a verified, timed run of one variant (`measure`,
+    `baseline`). The executor computes these in the timing worker, a model's variants
+    together (`dlas.runner.timing`)."""
+
+    facts_type = MeasureFacts
+    resources = Resources(cpus=2, exclusive=True)
+
+    @abstractmethod
+    def subject(self, point: Point, inputs: Inputs, context: TimingContext,
+                work_dir: Path) -> Timed | MeasureFacts:
+        """The variant loaded and ready to run, or facts saying why it cannot run
+        (`not_runnable`). Runs in the timing worker."""
+
+    def compute(self, job: Job) -> MeasureFacts:
+        raise RuntimeError(f"stage '{self.name}' is computed by the timing worker "
+                           "(dlas.runner.timing), not in the sweep's process")
+
+    def load(self, path: Path, facts: MeasureFacts) -> MeasureFacts:
+        return facts
+
+
+def verify(subject: Timed, imported: ImportedModule, point: Point, inputs: Inputs,
+           env: StageEnv, *, accuracy_available: bool) -> MeasureFacts:
+    """Verify `subject` against the point's reference outputs and measure its accuracy
+    where it computes in reduced precision; the facts, not yet timed."""
     from dlas.measure.verify import verify_outputs
     from dlas.stages.data import DATA
 
-    b = job.point.budgets
-    console = job.env.console
     precision = imported.facts.precision
     step = imported.facts.output_step
     got = subject.run_batch1(imported.inputs)
@@ -98,17 +169,10 @@ def verify_and_time(subject: Timed, imported: ImportedModule, job: Job, *,
         return facts  # a run computing another function is not timed
     if precision != "float32" and accuracy_available:
         where = "the compiled model" if subject.runtime == "tvm" else subject.runtime
-        with console.activity(f"accuracy in {where}"):
-            facts.accuracy = subject.accuracy(job.inputs[DATA].test)
-    x = imported.inputs[:1]
-    with console.measuring(b.measure_repeat) as advance:
-        sampled = collect_samples(
-            lambda n, warm: subject.time(x, n, b.measure_number, warm),
-            b.measure_repeat, warmup=b.warmup, probe=subject.probe(),
-            policy=NoisePolicy.from_budgets(b, retake_on_cv=subject.retake_on_cv),
-            advance=advance, say=console.note)
-    facts.samples_ms = sampled.samples_ms
-    facts.noise = sampled.record()
+        with env.console.activity(f"accuracy in {where}"):
+            facts.accuracy = subject.accuracy(inputs[DATA].test)
+    subject.x = imported.inputs[:1]
+    subject.number = point.budgets.measure_number
     return facts
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from dlas import registry
 from dlas.sweep import validate
@@ -48,19 +48,36 @@ class Budgets(BaseModel):
     verify_samples: int = Field(16, ge=1, description="inputs compared against PyTorch")
     seed: int = Field(0, ge=0, lt=2**32, description="seed for data splits, init and "
                                                      "training (numpy takes 0 .. 2**32-1)")
-    cv_threshold: float = Field(
-        0.05, ge=0, description="flag a point noisy when its timing samples' coefficient of "
-                                "variation (std/mean) exceeds this; read when the row is "
-                                "written, so no stage is recomputed when it changes")
+    ci_threshold: float = Field(
+        0.05, ge=0, description="flag a point noisy when its median's 95% confidence "
+                                "interval is wider than this fraction of the median; read "
+                                "when the row is written, so no stage is recomputed when it "
+                                "changes")
+    timing_rounds: int = Field(
+        10, ge=2, description="rounds each variant is timed in, interleaved with the other "
+                              "variants of its model; measure_repeat samples are spread over "
+                              "them, and the confidence interval resamples them")
+    placement_wait_s: float = Field(
+        60.0, ge=0, description="seconds a timing group may keep taking rounds for the vCPUs "
+                                "to move to near placement (docs/timing.md); after that the "
+                                "placement with most rounds is used and recorded")
     noise_retries: int = Field(
-        5, ge=0, description="re-takes per point of timing samples taken while other "
-                             "processes kept the CPUs busy (or, on a GPU or board, of a "
-                             "measurement dispersed beyond cv_threshold); 0: never re-take")
+        5, ge=0, description="re-takes per timing group of rounds taken while other "
+                             "processes kept the CPUs busy; 0: never re-take")
     noise_budget_s: float = Field(
-        20.0, ge=0, description="seconds per point the measure stage may spend, beyond the "
-                                "measurement itself, waiting for a busy machine to become "
-                                "quiet and re-taking samples; what is still taken under "
+        20.0, ge=0, description="seconds per timing group for waiting for a busy machine to "
+                                "become quiet and re-taking rounds; what is still taken under "
                                 "load is kept and flagged noisy")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cv_threshold" in data:
+            raise ValueError(
+                "budgets.cv_threshold is gone: the noise flag now reads the median's "
+                "confidence interval; use ci_threshold (the widest interval allowed, as a "
+                "fraction of the median, default 0.05)")
+        return data
 
 
 LAYER_DEFAULTS: dict[str, list[str]] = {

@@ -26,11 +26,13 @@ from dlas.sweep.config import Budgets, ConfigError, SweepConfig
 #: Budgets read only when a result row is written (the noise flag's threshold): neither
 #: stage keys nor point keys hash them, so changing one re-labels cached measurements
 #: (the row is rewritten on the next run) instead of redoing them or adding rows.
-ROW_ONLY_BUDGETS = frozenset({"cv_threshold"})
-#: Budgets bounding how hard the measure stage tries for quiet samples (re-takes, waiting
-#: for a busy machine): they change how long a measurement may take, not what is measured,
-#: so no key hashes them either, and a cached measurement is not redone when they change.
-EFFORT_BUDGETS = frozenset({"noise_retries", "noise_budget_s"})
+ROW_ONLY_BUDGETS = frozenset({"ci_threshold"})
+#: Budgets bounding how hard the timing worker tries for quiet, steadily placed samples
+#: (rounds, re-takes, waiting for a busy machine or a placement): they change how long a
+#: measurement may take and how tight its interval is, not what is measured, so no key
+#: hashes them either, and a cached measurement is not redone when they change.
+EFFORT_BUDGETS = frozenset({"noise_retries", "noise_budget_s", "timing_rounds",
+                            "placement_wait_s"})
 #: Every budget outside the point key and the stage keys.
 UNKEYED_BUDGETS = ROW_ONLY_BUDGETS | EFFORT_BUDGETS
 

@@ -41,11 +41,22 @@ def _cpuinfo() -> dict[str, str]:
 
 
 def allowed_cpus() -> list[int]:
-    """CPU ids this process may run on (respects taskset / cgroup affinity)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return list(range(os.cpu_count() or 1))
+    """CPU ids this process may run on (respects taskset / cgroup affinity).
+
+    Read once per process: the timing worker pins its calling thread to one CPU
+    (`dlas.measure.timing.set_num_threads`), and Linux then reports that one CPU for the
+    thread, which must not change what a 'host' target or the load probe sees.
+    """
+    global _ALLOWED
+    if _ALLOWED is None:
+        try:
+            _ALLOWED = sorted(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            _ALLOWED = list(range(os.cpu_count() or 1))
+    return list(_ALLOWED)
+
+
+_ALLOWED: list[int] | None = None
 
 
 def available_cores() -> int:

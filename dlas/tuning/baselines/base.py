@@ -55,6 +55,10 @@ class BaselineModel:
     work_dir: Path | None = None
     #: The compression's own facts (e.g. float16's accumulator).
     info: dict[str, Any] = field(default_factory=dict)
+    #: CPUs to pin the intra-op threads to, one per thread, the first being the calling
+    #: thread's (the timing worker pins every runtime alike: docs/timing.md); None: the
+    #: runtime places its threads itself.
+    cpus: list[int] | None = None
 
 
 class Peer(ABC):

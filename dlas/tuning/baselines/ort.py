@@ -63,6 +63,13 @@ class OrtPeer(Peer):
         options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
                                                    GRAPH_OPTIMIZATION[graph_optimization])
         options.log_severity_level = 3
+        if model.cpus and len(model.cpus) == model.threads and model.threads > 1:
+            # ONNX Runtime pins its pool threads (1-based processor ids, one entry per
+            # thread beyond the caller's, which the timing worker has pinned itself)
+            options.add_session_config_entry(
+                "session.intra_op_thread_affinities",
+                ";".join(str(c + 1) for c in model.cpus[1:]))
+        self.cpus = model.cpus
         self.graph_optimization = graph_optimization
         self.session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
@@ -105,4 +112,4 @@ class OrtPeer(Peer):
                 "providers": self.session.get_providers(), "model": self.source,
                 "precision": self.precision, "onnx": ONNX_FILE,
                 "threads": self.threads, "inter_op_threads": 1, "execution_mode": "sequential",
-                "graph_optimization": self.graph_optimization}
+                "graph_optimization": self.graph_optimization, "pinned_cpus": self.cpus}

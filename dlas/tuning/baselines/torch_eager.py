@@ -64,11 +64,16 @@ class TorchPeer(Peer):
         return call
 
     def info(self) -> dict[str, Any]:
+        import os
+
         import torch
 
         return {"runtime": self.runtime, "version": torch.__version__, "mode": "eager",
                 "dtype": str(self.dtype).removeprefix("torch."), "threads": self.threads,
-                "interop_threads": torch.get_num_interop_threads()}
+                "interop_threads": torch.get_num_interop_threads(),
+                # the CPUs the timing worker pinned OpenMP's threads to, if it did
+                # (dlas.runner.timing_worker)
+                "pinned_cpus": os.environ.get("DLAS_OMP_PINNED")}
 
     def close(self) -> None:
         import torch

@@ -1,0 +1,71 @@
+/* Core-to-core round trip, for dlas.measure.placement.
+ *
+ * Two threads pinned to CPUs a and b pass one cache line back and forth `iters` times;
+ * the result is nanoseconds per round trip. On the 2-vCPU cloud VMs dlas runs on it tells
+ * where the hypervisor has placed the vCPUs right now: about 60-110 ns when they share a
+ * core complex ("near"), 300-400 ns when they do not ("far"), and it flips every few
+ * seconds to minutes. Every multi-threaded batch-1 inference pays this round trip at each
+ * operator, so its timing moves with it (../../docs/timing.md).
+ *
+ * Returns -1 when a thread cannot be pinned (a CPU outside the allowed set) and -2 when
+ * the partner thread cannot be started. The caller's own affinity is restored.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static _Atomic int flag __attribute__((aligned(64)));
+static _Atomic int ready __attribute__((aligned(64)));
+
+struct partner { int cpu; long iters; int ok; };
+
+static int pin(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+}
+
+static void *partner_main(void *arg) {
+  struct partner *p = arg;
+  p->ok = pin(p->cpu);
+  atomic_store_explicit(&ready, p->ok ? 1 : -1, memory_order_release);
+  if (!p->ok) return 0;
+  for (long i = 0; i < p->iters; i++) {
+    while (atomic_load_explicit(&flag, memory_order_acquire) != 1) {}
+    atomic_store_explicit(&flag, 0, memory_order_release);
+  }
+  return 0;
+}
+
+double dlas_pingpong_ns(int cpu_a, int cpu_b, long iters) {
+  cpu_set_t saved;
+  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
+  if (!pin(cpu_a)) return -1.0;
+  atomic_store(&flag, 0);
+  atomic_store(&ready, 0);
+  struct partner p = {cpu_b, iters, 0};
+  pthread_t t;
+  if (pthread_create(&t, 0, partner_main, &p) != 0) {
+    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+    return -2.0;
+  }
+  while (atomic_load_explicit(&ready, memory_order_acquire) == 0) {}
+  if (atomic_load(&ready) < 0) {
+    pthread_join(t, 0);
+    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+    return -1.0;
+  }
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (long i = 0; i < iters; i++) {
+    atomic_store_explicit(&flag, 1, memory_order_release);
+    while (atomic_load_explicit(&flag, memory_order_acquire) != 0) {}
+  }
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  pthread_join(t, 0);
+  pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+  return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)iters;
+}

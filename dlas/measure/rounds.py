@@ -1,0 +1,286 @@
+"""The sampler: the variants of one model timed round-robin, in rounds labelled with the
+vCPUs' placement and the machine's load.
+
+Why rounds, and why interleaved (`docs/timing.md`): on the VMs dlas runs on, what a
+multi-threaded timing reads depends on where the hypervisor has placed the vCPUs at that
+moment (`dlas.measure.placement`), and that flips every few seconds to minutes. Timing
+variant A for a while and then variant B lets a flip land between them and decide the
+comparison. So every variant of a model takes a short chunk of samples in every round,
+in a random order per round (Abedi & Brecht's randomized multiple interleaved trials),
+and each round is labelled with the placement read before and after it; a round whose
+placement changed is "mixed" and not used. Rounds are also the unit the confidence
+interval resamples (`dlas.results.statistics`).
+
+When to stop: once every variant has `min_rounds` usable rounds in the preferred
+placement ("near" first: the state a multi-threaded timing is fastest and most
+repeatable in), or when the placement budget is spent, in which case the placement with
+most usable rounds is used and recorded. A round taken while other processes used the
+CPUs (the load probe, `dlas.measure.load`) is discarded and taken again after waiting for
+a quiet machine, within the noise budget; what is still loaded when it is spent is kept,
+marked, and flags the row noisy.
+
+Between two chunks the sampler pauses briefly (`settle_s`): a runtime's pool threads spin
+for a while after each call (TVM's, ONNX Runtime's, OpenMP's), and the next chunk,
+possibly of another runtime, must not share the CPUs with them. Each chunk starts with a
+discarded warm-up call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from dlas.measure.load import CpuLoadProbe
+from dlas.measure.placement import (
+    ERRATIC,
+    NEAR,
+    PREFERENCE,
+    SINGLE,
+    UNKNOWN,
+    PlacementProbe,
+    PlacementReading,
+)
+from dlas.measure.record import TimingRound, TimingRun
+
+#: Label of a round whose placement changed while it was taken.
+MIXED = "mixed"
+
+
+class Subject(Protocol):
+    """A variant the sampler times."""
+
+    #: Identifies it in the rounds (unique within one run).
+    label: str
+    #: CPUs its threads run on (one: placement does not matter; empty: not on this host).
+    cpus: Sequence[int]
+
+    def time(self, n: int, warmup: int) -> Sequence[float]:
+        """`n` samples in seconds per inference, after `warmup` discarded calls."""
+
+
+@dataclass(frozen=True)
+class RoundsPolicy:
+    """How many rounds to take and how long to try (from the sweep's budgets)."""
+
+    #: Samples each variant needs in its headline placement (the paper's 150).
+    samples: int = 150
+    #: Usable rounds each variant needs in that placement: the CI resamples rounds, so
+    #: fewer than about ten make it unreliable.
+    min_rounds: int = 10
+    #: Rounds never exceed this many (a machine that never settles).
+    max_rounds: int = 60
+    #: Seconds a run may keep taking rounds to reach the preferred placement.
+    placement_budget_s: float = 60.0
+    #: Re-takes of rounds taken under load, and seconds for waiting and re-taking.
+    noise_retries: int = 5
+    noise_budget_s: float = 20.0
+    #: Pause before each chunk, for the previous runtime's spinning threads to sleep.
+    settle_s: float = 0.02
+    #: Discarded calls at the start of each chunk (the first chunk: at least the sweep's).
+    warmup: int = 1
+
+    @property
+    def per_round(self) -> int:
+        return max(1, math.ceil(self.samples / self.min_rounds))
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"samples": self.samples, "min_rounds": self.min_rounds,
+                "max_rounds": self.max_rounds, "per_round": self.per_round,
+                "placement_budget_s": self.placement_budget_s,
+                "noise_retries": self.noise_retries, "noise_budget_s": self.noise_budget_s,
+                "settle_s": self.settle_s, "warmup": self.warmup}
+
+
+@dataclass
+class _Round:
+    index: int
+    placement: str
+    round_trip_ns: list[float | None]
+    loaded: bool
+    other_cores: float | None
+    at_s: float
+    samples_s: dict[str, list[float]]
+
+
+def round_placement(before: PlacementReading, after: PlacementReading) -> str:
+    """One label for a round: the placement read before it when it held until after."""
+    if before.state == after.state:
+        return before.state
+    return MIXED
+
+
+def choose_placement(counts: Counter[str]) -> str | None:
+    """The placement a figure is taken from: the first of `PREFERENCE` with the most
+    usable rounds (ties go to the preferred one)."""
+    usable = {state: n for state, n in counts.items() if n > 0 and state in PREFERENCE}
+    if not usable:
+        return None
+    best = max(usable.values())
+    return next(state for state in PREFERENCE if usable.get(state) == best)
+
+
+@dataclass
+class RoundsResult:
+    """The runs of every subject, and what the console should say about them."""
+
+    runs: dict[str, TimingRun]
+    placement: str
+    notes: list[str] = field(default_factory=list)
+
+
+class RoundSampler:
+    """Takes the rounds of one timing run (see the module doc). Clock, sleep, probes and
+    the random order are injectable so tests can force any sequence of events."""
+
+    def __init__(self, subjects: Sequence[Subject], policy: RoundsPolicy, *,
+                 placement: PlacementProbe | None, load: CpuLoadProbe | None,
+                 single: bool = False, source: str = "sweep", threads: int | None = None,
+                 pinned: bool = False,
+                 say: Callable[[str], None] | None = None,
+                 on_round: Callable[[int, str, float | None], None] | None = None,
+                 clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep, seed: int = 0) -> None:
+        if not subjects:
+            raise ValueError("no subjects to time")
+        labels = [s.label for s in subjects]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"subject labels must be unique: {labels}")
+        self.subjects = list(subjects)
+        self.policy = policy
+        self.placement = placement
+        self.load = load
+        #: No variant's threads span CPUs (one thread, or a GPU): placement cannot matter.
+        self.single = single
+        self.source, self.threads, self.pinned = source, threads, pinned
+        self.say = say or (lambda _text: None)
+        self.on_round = on_round or (lambda _i, _state, _rt: None)
+        self.clock, self.sleep = clock, sleep
+        self.rng = np.random.default_rng(seed)
+        self.events: list[dict[str, object]] = []
+        self._extra_s = 0.0  # waiting and discarded rounds, against the noise budget
+        self._retries = 0
+
+    # -- one round --------------------------------------------------------------------
+
+    def _read_placement(self) -> PlacementReading:
+        if self.single:
+            return PlacementReading(SINGLE)
+        if self.placement is None:
+            return PlacementReading(UNKNOWN)
+        return self.placement.read()
+
+    def _take_round(self, index: int, started: float, first: bool) -> _Round:
+        before = self._read_placement()
+        mark = self.load.begin() if self.load is not None else None
+        at = self.clock() - started
+        samples: dict[str, list[float]] = {}
+        for i in self.rng.permutation(len(self.subjects)):
+            subject = self.subjects[int(i)]
+            self.sleep(self.policy.settle_s)
+            warm = max(self.policy.warmup, 1) if first else self.policy.warmup
+            samples[subject.label] = [float(s) for s in subject.time(self.policy.per_round,
+                                                                     warm)]
+        reading = self.load.end(mark) if (self.load is not None and mark is not None) else None
+        after = self._read_placement()
+        state = round_placement(before, after)
+        return _Round(index, state, [before.round_trip_ns, after.round_trip_ns],
+                      bool(reading and reading.loaded),
+                      None if reading is None else round(reading.other_cores, 3), at, samples)
+
+    def _budget_left(self) -> float:
+        return self.policy.noise_budget_s - self._extra_s
+
+    def _handle_load(self, rnd: _Round, took: float) -> bool:
+        """After a loaded round: wait for quiet within the budget. True when the round
+        is to be discarded and taken again."""
+        if self.load is None or self._retries >= self.policy.noise_retries \
+                or self._budget_left() <= 0:
+            self.events.append({"event": "kept_loaded", "round": rnd.index,
+                                "other_cores": rnd.other_cores})
+            return False
+        self.say(f"machine busy (other processes used {rnd.other_cores:.2f} cores); "
+                 f"waiting up to {self._budget_left():.0f} s for it to quiet down")
+        quiet, waited = self.load.wait_until_quiet(self._budget_left())
+        self._extra_s += waited + took
+        event = {"round": rnd.index, "other_cores": rnd.other_cores,
+                 "waited_s": round(waited, 3)}
+        if quiet is not None and not quiet.loaded:
+            self._retries += 1
+            self.events.append({"event": "retaken", **event})
+            return True
+        self.events.append({"event": "kept_loaded", **event})
+        return False
+
+    # -- the run ----------------------------------------------------------------------
+
+    def target_placement(self) -> str:
+        """The placement worth waiting for: single when no subject spans CPUs, unknown
+        when the placement cannot be probed, else near."""
+        if self.single:
+            return SINGLE
+        return UNKNOWN if self.placement is None else NEAR
+
+    def run(self) -> RoundsResult:
+        policy = self.policy
+        run_id = uuid.uuid4().hex
+        started_at, started = time.time(), self.clock()
+        target = self.target_placement()
+        hard_limit_s = policy.placement_budget_s + policy.noise_budget_s
+        kept: list[_Round] = []
+        counts: Counter[str] = Counter()
+        index = 0
+        waiting_said = False
+        while len(kept) < policy.max_rounds:
+            t0 = self.clock()
+            rnd = self._take_round(index, started, first=index == 0)
+            index += 1
+            if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
+                continue
+            kept.append(rnd)
+            if rnd.placement not in (MIXED, ERRATIC) and not rnd.loaded:
+                counts[rnd.placement] += 1
+            rt = next((v for v in rnd.round_trip_ns if v is not None), None)
+            self.on_round(len(kept), rnd.placement, rt)
+            if counts[target] >= policy.min_rounds:
+                break
+            enough = [s for s in PREFERENCE if counts[s] >= policy.min_rounds]
+            elapsed = self.clock() - started
+            if enough and elapsed >= policy.placement_budget_s:
+                break  # enough rounds in another placement, and no time left to wait
+            if enough and not waiting_said:
+                waiting_said = True
+                self.say(f"{counts[enough[0]]} rounds in {enough[0]} placement; taking more "
+                         f"for up to {policy.placement_budget_s - elapsed:.0f} s in case "
+                         f"the vCPUs move to {target} placement")
+            if elapsed >= hard_limit_s:
+                break
+        placement = choose_placement(counts)
+        notes: list[str] = []
+        if placement is None:  # every round mixed, erratic or loaded: use what there is
+            fallback = Counter(r.placement for r in kept if r.placement not in (MIXED,))
+            placement = choose_placement(fallback) or MIXED
+            notes.append(f"no round had a steady placement on a quiet machine; the figure "
+                         f"uses the {placement} rounds")
+        seconds = self.clock() - started
+        runs = {}
+        for subject in self.subjects:
+            rounds = [TimingRound(index=r.index, placement=r.placement,
+                                  round_trip_ns=r.round_trip_ns, loaded=r.loaded,
+                                  other_cores=r.other_cores, at_s=round(r.at_s, 3),
+                                  samples_ms=[s * 1e3 for s in r.samples_s[subject.label]])
+                      for r in kept]
+            runs[subject.label] = TimingRun(
+                run_id=run_id, started_at=started_at, source=self.source,
+                threads=self.threads, cpus=list(subject.cpus) if self.pinned else [],
+                placement=placement,
+                interleaved_with=[s.label for s in self.subjects if s is not subject],
+                rounds=rounds, policy=policy.as_dict(), events=list(self.events),
+                seconds=round(seconds, 3))
+        return RoundsResult(runs, placement, notes)

@@ -1,0 +1,163 @@
+"""A point's timing figures, from every timing run it has (its history).
+
+The row's latency columns are computed here and nowhere else: the samples of the usable
+rounds (known placement, quiet machine) of every run, per placement; the figure is taken
+in the preferred placement that has rounds (`dlas.measure.placement.PREFERENCE`), with
+the median's confidence interval resampling runs, rounds and samples
+(`dlas.results.statistics`). Runs with rounds kept on a busy machine are left out when
+clean runs exist; if only such runs exist, their rounds are used and the row says so.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dlas.measure.placement import PREFERENCE
+from dlas.measure.record import TimingRound, TimingRun
+from dlas.results.statistics import GroupKey, median_ci, pooled, summarize
+
+#: Placement of a legacy entry (samples without rounds, before placements were probed).
+LEGACY = "unknown"
+
+
+def legacy_run(samples_ms: Sequence[float], started_at: float = 0.0,
+               noise: dict[str, Any] | None = None) -> TimingRun:
+    """A timing entry written before rounds existed, as one run of one round."""
+    loaded = bool((noise or {}).get("loaded_samples"))
+    return TimingRun(run_id=f"legacy-{started_at:.0f}", started_at=started_at,
+                     placement=LEGACY,
+                     rounds=[TimingRound(index=0, placement=LEGACY, loaded=loaded,
+                                         samples_ms=list(samples_ms))])
+
+
+def _rounds(run: TimingRun, placement: str, allow_loaded: bool) -> list[TimingRound]:
+    return [r for r in run.rounds
+            if r.placement == placement and (allow_loaded or not r.loaded)]
+
+
+def groups(runs: Sequence[TimingRun], placement: str, *, allow_loaded: bool = False
+           ) -> dict[GroupKey, list[float]]:
+    """Samples per (run, round) in `placement`: what the interval and comparisons use."""
+    return {(run.run_id, r.index): list(r.samples_ms)
+            for run in runs for r in _rounds(run, placement, allow_loaded)}
+
+
+def usable_runs(runs: Sequence[TimingRun]) -> tuple[list[TimingRun], bool]:
+    """(The runs figures come from, whether rounds taken on a busy machine are among
+    them): clean runs when there are any, else all."""
+    clean = [r for r in runs if not r.loaded_rounds()]
+    return (clean, False) if clean else (list(runs), bool(runs))
+
+
+def placement_counts(runs: Sequence[TimingRun], allow_loaded: bool) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for run in runs:
+        for r in run.rounds:
+            if r.placement in PREFERENCE and (allow_loaded or not r.loaded):
+                counts[r.placement] += 1
+    return counts
+
+
+def headline_placement(counts: Counter[str]) -> str | None:
+    """The preferred placement among those with rounds."""
+    return next((state for state in PREFERENCE if counts.get(state)), None)
+
+
+@dataclass(frozen=True)
+class PlacementFigures:
+    median: float
+    ci_low: float
+    ci_high: float
+    samples: int
+    rounds: int
+    runs: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"median_ms": self.median, "ci_low_ms": self.ci_low,
+                "ci_high_ms": self.ci_high, "samples": self.samples,
+                "rounds": self.rounds, "runs": self.runs}
+
+
+def figures(runs: Sequence[TimingRun], placement: str, allow_loaded: bool
+            ) -> PlacementFigures | None:
+    grouped = groups(runs, placement, allow_loaded=allow_loaded)
+    if not grouped:
+        return None
+    samples = pooled(grouped)
+    ci = median_ci(grouped)
+    return PlacementFigures(float(np.median(samples)), ci.low, ci.high, len(samples),
+                            ci.rounds, ci.runs)
+
+
+def latency_columns(runs: Sequence[TimingRun], ci_threshold: float) -> dict[str, Any]:
+    """The row's timing columns (`dlas.results.row.ResultRow`) from a point's runs."""
+    if not runs:
+        raise ValueError("a timed row needs at least one timing run")
+    used, loaded = usable_runs(runs)
+    counts = placement_counts(used, allow_loaded=loaded)
+    placement = headline_placement(counts)
+    if placement is None:  # only mixed or erratic rounds: use them, flagged
+        counts = Counter(r.placement for run in used for r in run.rounds)
+        placement = counts.most_common(1)[0][0]
+    by_placement = {}
+    for state in [s for s in PREFERENCE if counts.get(s)] or [placement]:
+        fig = figures(used, state, allow_loaded=loaded)
+        if fig is not None:
+            by_placement[state] = fig.as_dict()
+    grouped = groups(used, placement, allow_loaded=loaded)
+    samples = pooled(grouped) or [s for run in used for r in run.rounds
+                                  for s in r.samples_ms]
+    grouped = grouped or {(run.run_id, r.index): r.samples_ms for run in used
+                          for r in run.rounds}
+    summary = summarize(samples)
+    ci = median_ci(grouped)
+    per_run = [np.median([s for r in _rounds(run, placement, loaded) for s in r.samples_ms])
+               for run in used if _rounds(run, placement, loaded)]
+    spread = float(max(per_run) / min(per_run) - 1.0) if len(per_run) > 1 else None
+    rts = [v for run in used for r in _rounds(run, placement, loaded)
+           for v in r.round_trip_ns if v is not None]
+    loaded_rounds = sum(len(run.loaded_rounds()) for run in used)
+    retries = sum(1 for run in used for e in run.events if e.get("event") == "retaken")
+    others = [r.other_cores for run in used for r in run.rounds if r.other_cores is not None]
+    reasons = []
+    rel = (ci.high - ci.low) / summary.median if summary.median > 0 else float("inf")
+    if loaded:
+        reasons.append(f"{loaded_rounds} round(s) taken while other processes kept the CPUs "
+                       f"busy (up to {max(others, default=0):.2f} cores); retry budget spent")
+    if rel > ci_threshold:
+        reasons.append(f"95% CI {rel:.0%} of the median > {ci_threshold:.0%}")
+    if placement not in PREFERENCE:
+        reasons.append(f"no round had a steady placement ({placement})")
+    return {
+        "latency_median_ms": summary.median,
+        "latency_ci_low_ms": ci.low,
+        "latency_ci_high_ms": ci.high,
+        "latency_mean_ms": summary.mean,
+        "latency_std_ms": summary.std,
+        "latency_min_ms": summary.min,
+        "latency_max_ms": summary.max,
+        "latency_cv": summary.cv,
+        "latency_q1_ms": summary.q1,
+        "latency_q3_ms": summary.q3,
+        "latency_samples_ms": samples,
+        "placement": placement,
+        "placement_round_trip_ns": float(np.median(rts)) if rts else None,
+        "latency_by_placement": by_placement,
+        "timing_runs": len(runs),
+        "timing_rounds": ci.rounds,
+        "run_spread": spread,
+        "noisy": int(bool(reasons)),
+        "noise_reason": "; ".join(reasons) or None,
+        "load_retries": retries,
+        "loaded_rounds": loaded_rounds,
+        "load_other_cores": max(others) if others else None,
+        "noise_log": {"runs": [{"run_id": run.run_id, "source": run.source,
+                                "started_at": run.started_at, "placement": run.placement,
+                                "policy": run.policy, "events": run.events,
+                                "seconds": run.seconds} for run in runs]},
+    }

@@ -1,0 +1,209 @@
+"""The timing worker's own process: `python -m dlas.runner.timing_worker REQUEST RESULT`.
+
+It starts fresh, so no timing depends on what the sweep's process did before (trained,
+compiled, left thread pools running), pins its threads as the request says, builds every
+member's variant through its stage, verifies each, and times those that pass together,
+round by round (`dlas.measure.rounds`). Progress goes to stdout as one JSON object per
+line; the facts of every member go to RESULT. The parent side is `dlas.runner.timing`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+Emit = Callable[..., None]
+
+
+def _emitter() -> Emit:
+    out = sys.stdout
+
+    def emit(**event: Any) -> None:
+        out.write(json.dumps(event, default=str) + "\n")
+        out.flush()
+
+    return emit
+
+
+class _EventConsole:
+    """The console the stages see in the worker: their notes become events."""
+
+    progress = False
+
+    def __init__(self, emit: Emit) -> None:
+        self.emit = emit
+
+    def note(self, text: str) -> None:
+        self.emit(event="note", text=text)
+
+    def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
+        pass
+
+    @contextmanager
+    def activity(self, text: str) -> Iterator[None]:
+        self.emit(event="activity", text=text)
+        yield
+
+    def epoch_reporter(self, what: str) -> None:
+        return None
+
+
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _thread_cpus() -> list[list[int]]:
+    """The CPUs each thread of this process may run on (sorted lists, one per thread)."""
+    out = []
+    for tid in sorted(_threads()):
+        try:
+            out.append(sorted(os.sched_getaffinity(tid)))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
+def _start_openmp(threads: int | None, cpus: list[int] | None) -> None:
+    """Start PyTorch's OpenMP pool now and pin the threads it starts, one per CPU after
+    the first (this thread, which OpenMP runs as thread 0, is pinned to the first with
+    TVM's pool: `dlas.measure.timing.set_num_threads`).
+
+    Why not OMP_PLACES/OMP_PROC_BIND: every copy of libgomp in the process reads them as
+    it loads and binds the loading thread to the first place; scikit-learn's wheels bring
+    a second copy, and whichever loads second finds the other places unusable and says
+    so. Pinning the threads this pool started touches nothing else."""
+    try:
+        import torch
+    except ImportError:
+        return
+    before = _threads()
+    if threads:
+        torch.set_num_threads(threads)
+    a = torch.ones(256, 256)
+    torch.mm(a, a)  # a parallel region: the pool's threads start here
+    started = sorted(_threads() - before)
+    if cpus and len(cpus) > 1:
+        for tid, cpu in zip(started, cpus[1:], strict=False):
+            try:
+                os.sched_setaffinity(tid, {cpu})
+            except OSError:
+                pass
+        os.environ["DLAS_OMP_PINNED"] = ",".join(str(c) for c in cpus)
+
+
+def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
+    """Verify and time the request's members; one result dict per member, in order."""
+    from dlas import registry
+    from dlas.measure.placement import PlacementProbe, probe_unavailable
+    from dlas.measure.rounds import RoundSampler
+    from dlas.runner.cache import Cache
+    from dlas.runner.executor import StageExecutor, StageTally
+    from dlas.stages import BY_NAME, IMPORT, TRAIN
+    from dlas.stages.base import Inputs, StageEnv
+    from dlas.stages.facts import MeasureFacts
+    from dlas.stages.timed import Timed, TimedStage, TimingContext, verify
+
+    _start_openmp(request.threads, request.cpus)
+    registry.load_plugins()
+    cache = Cache(Path(request.cache_dir))
+    env = StageEnv(Path(request.workspace_root), _EventConsole(emit), progress=False)
+    executor = StageExecutor(cache, env, StageTally())  # every input is stored already
+    context = TimingContext(cpus=request.cpus)
+    results: dict[str, dict[str, Any]] = {}
+    timed: list[tuple[Any, Timed, MeasureFacts]] = []
+    try:
+        for member in request.members:
+            emit(event="subject", label=member.label)
+            try:
+                stage = BY_NAME[member.stage]
+                assert isinstance(stage, TimedStage)
+                inputs = Inputs(
+                    stage,
+                    lambda s, m=member: executor.output(m.point, m.keys, s),
+                    lambda s, m=member: executor.facts(m.point, m.keys, s))
+                made = stage.subject(member.point, inputs, context, Path(member.work_dir))
+                if isinstance(made, MeasureFacts):  # the runtime cannot run this model
+                    results[member.label] = {"facts": made.to_meta()}
+                    continue
+                made.label = member.label
+                facts = verify(made, inputs[IMPORT], member.point, inputs, env,
+                               accuracy_available=inputs.facts(TRAIN).accuracy is not None)
+                emit(event="verified", label=member.label, passed=facts.passed)
+                if not facts.passed:
+                    made.close()
+                    results[member.label] = {"facts": facts.to_meta()}
+                    continue
+                timed.append((member, made, facts))
+            except Exception as exc:  # noqa: BLE001 - the member fails, the others go on
+                results[member.label] = {"error": f"{type(exc).__name__}: {exc}",
+                                         "traceback": traceback.format_exc()}
+        emit(event="subject", label=None)
+        if timed:
+            first = timed[0][1]
+            placement = None
+            if request.probe_placement:
+                why = probe_unavailable()
+                if why:
+                    emit(event="note", text=f"no placement probe ({why}): rounds are "
+                                            "labelled 'unknown'")
+                else:
+                    placement = PlacementProbe(request.cpus or [])
+            sampler = RoundSampler(
+                [subject for _, subject, _ in timed], request.policy, placement=placement,
+                load=first.probe(), single=request.single, source=request.source,
+                threads=request.threads, pinned=bool(request.cpus),
+                say=lambda text: emit(event="note", text=text),
+                on_round=lambda i, state, rt: emit(event="round", i=i, placement=state,
+                                                   rt_ns=rt),
+                seed=request.seed)
+            outcome = sampler.run()
+            for text in outcome.notes:
+                emit(event="note", text=text)
+            affinity = _thread_cpus()
+            for member, _, facts in timed:
+                run = outcome.runs[member.label]
+                run.thread_cpus = affinity
+                facts.timing = run
+                facts.samples_ms = [s for r in run.usable_rounds(run.placement)
+                                    for s in r.samples_ms] or \
+                    [s for r in run.rounds for s in r.samples_ms]
+                results[member.label] = {"facts": facts.to_meta()}
+    finally:
+        for _, subject, _ in timed:
+            subject.close()
+        context.close()
+    return [results.get(m.label, {"error": "not timed"}) for m in request.members]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m dlas.runner.timing_worker REQUEST RESULT", file=sys.stderr)
+        return 2
+    # first of all: the CPUs this process may use, read while this thread may still use
+    # all of them (it is pinned to one later)
+    from dlas.targets.host import allowed_cpus
+
+    allowed_cpus()
+    import cloudpickle
+
+    request = cloudpickle.loads(Path(args[0]).read_bytes())
+    emit = _emitter()
+    try:
+        results = time_members(request, emit)
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: quiet exit
+        return 130
+    tmp = Path(args[1]).with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, default=str))
+    os.replace(tmp, args[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
