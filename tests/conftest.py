@@ -29,7 +29,7 @@ budgets:
   finetune_epochs: 1
   data_fraction: 0.25
   batch_size: 64
-  measure_repeat: 6
+  measure_repeat: 5
   verify_samples: 4
   timing_rounds: 2
   placement_wait_s: 0

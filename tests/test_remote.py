@@ -47,7 +47,7 @@ def test_sweep_point_measured_on_the_board(rpc_board: RPCBoard, tmp_path: Path, 
     row = rows(tmp_path)[0]
     assert row.status == "ok" and row.verified == 1
     assert row.top1_agreement == 1.0 and row.max_abs_diff < 1e-3
-    assert len(row.latency_samples_ms) == 5 and row.latency_median_ms > 0
+    assert len(row.latency_samples_ms) >= 5 and row.latency_median_ms > 0
     assert row.threads == 1  # the board's pool, as the target asked
     assert report.computed["measure"] == 1
     # this machine cannot see the board's load: no probe; dispersion decides re-takes

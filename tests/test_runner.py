@@ -38,7 +38,7 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     for row in (dense, pruned):
         assert row.status == "ok" and row.verified == 1
         assert row.top1_agreement == 1.0 and row.max_abs_diff < 1e-3
-        assert len(row.latency_samples_ms) == 5
+        assert len(row.latency_samples_ms) >= row.measure_repeat == 5
         assert 0 < row.latency_min_ms <= row.latency_median_ms <= row.latency_max_ms
         assert 0.0 <= row.accuracy <= 1.0
         assert row.macs > 0 and row.params > 0 and row.size_bytes > 0
@@ -53,6 +53,18 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     assert dense.precision == pruned.precision == "float32"
     assert dense.accuracy_source == pruned.accuracy_source == "pytorch"
     assert len(dense.train_history) == 1 and "val_acc" in dense.train_history[0]
+    # timed together in one worker: the same rounds, each with its placement, and a CI
+    with ResultStore(tmp_path / "results.db") as store:
+        (dense_run,) = store.timing_runs(dense.point_key, dense.timing_key)
+        (pruned_run,) = store.timing_runs(pruned.point_key, pruned.timing_key)
+    assert dense_run.run_id == pruned_run.run_id
+    assert [r.index for r in dense_run.rounds] == [r.index for r in pruned_run.rounds]
+    assert dense_run.interleaved_with == [pruned.compression + " / direct / none"]
+    for row in (dense, pruned):
+        assert row.latency_ci_low_ms <= row.latency_median_ms <= row.latency_ci_high_ms
+        assert row.placement in ("near", "far") and row.timing_runs == 1
+        assert row.placement_round_trip_ns > 0  # two threads: the placement was probed
+    assert dense_run.cpus == [0, 1] and [1] in dense_run.thread_cpus  # pinned
 
     second = run(text, tmp_path)
     assert second.ok == 2 and second.recomputed_nothing

@@ -116,12 +116,16 @@ def round_placement(before: PlacementReading, after: PlacementReading) -> str:
     return MIXED
 
 
-def choose_placement(counts: Counter[str]) -> str | None:
-    """The placement a figure is taken from: the first of `PREFERENCE` with the most
-    usable rounds (ties go to the preferred one)."""
+def choose_placement(counts: Counter[str], min_rounds: int) -> str | None:
+    """The placement a figure is taken from: the first of `PREFERENCE` with at least
+    `min_rounds` usable rounds; failing that, the one with most rounds (ties go to the
+    preferred); None without any."""
     usable = {state: n for state, n in counts.items() if n > 0 and state in PREFERENCE}
     if not usable:
         return None
+    enough = next((s for s in PREFERENCE if usable.get(s, 0) >= min_rounds), None)
+    if enough is not None:
+        return enough
     best = max(usable.values())
     return next(state for state in PREFERENCE if usable.get(state) == best)
 
@@ -227,16 +231,19 @@ class RoundSampler:
             return SINGLE
         return UNKNOWN if self.placement is None else NEAR
 
+    def _noise_budget_spent(self) -> bool:
+        return self._retries >= self.policy.noise_retries or self._budget_left() <= 0
+
     def run(self) -> RoundsResult:
         policy = self.policy
         run_id = uuid.uuid4().hex
         started_at, started = time.time(), self.clock()
         target = self.target_placement()
-        hard_limit_s = policy.placement_budget_s + policy.noise_budget_s
         kept: list[_Round] = []
-        counts: Counter[str] = Counter()
+        counts: Counter[str] = Counter()  # usable rounds: known placement, quiet machine
+        placed: Counter[str] = Counter()  # known placement, quiet or not
+        enough_since: float | None = None
         index = 0
-        waiting_said = False
         while len(kept) < policy.max_rounds:
             t0 = self.clock()
             rnd = self._take_round(index, started, first=index == 0)
@@ -244,28 +251,34 @@ class RoundSampler:
             if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
                 continue
             kept.append(rnd)
-            if rnd.placement not in (MIXED, ERRATIC) and not rnd.loaded:
-                counts[rnd.placement] += 1
+            if rnd.placement not in (MIXED, ERRATIC):
+                placed[rnd.placement] += 1
+                if not rnd.loaded:
+                    counts[rnd.placement] += 1
             rt = next((v for v in rnd.round_trip_ns if v is not None), None)
             self.on_round(len(kept), rnd.placement, rt)
             if counts[target] >= policy.min_rounds:
+                break  # enough rounds in the best placement there is
+            # enough rounds somewhere else (or, once waiting for quiet is over, enough
+            # rounds at all): wait for the target placement for the placement budget
+            enough = next((s for s in PREFERENCE if counts[s] >= policy.min_rounds), None)
+            if enough is None and self._noise_budget_spent():
+                enough = next((s for s in PREFERENCE if placed[s] >= policy.min_rounds), None)
+            if enough is None:
+                continue
+            now = self.clock()
+            if enough_since is None:
+                enough_since = now
+                if policy.placement_budget_s > 0:
+                    self.say(f"{placed[enough]} rounds in {enough} placement; taking more "
+                             f"for up to {policy.placement_budget_s:.0f} s in case the vCPUs "
+                             f"move to {target} placement")
+            if now - enough_since >= policy.placement_budget_s:
                 break
-            enough = [s for s in PREFERENCE if counts[s] >= policy.min_rounds]
-            elapsed = self.clock() - started
-            if enough and elapsed >= policy.placement_budget_s:
-                break  # enough rounds in another placement, and no time left to wait
-            if enough and not waiting_said:
-                waiting_said = True
-                self.say(f"{counts[enough[0]]} rounds in {enough[0]} placement; taking more "
-                         f"for up to {policy.placement_budget_s - elapsed:.0f} s in case "
-                         f"the vCPUs move to {target} placement")
-            if elapsed >= hard_limit_s:
-                break
-        placement = choose_placement(counts)
+        placement = choose_placement(counts, policy.min_rounds)
         notes: list[str] = []
         if placement is None:  # every round mixed, erratic or loaded: use what there is
-            fallback = Counter(r.placement for r in kept if r.placement not in (MIXED,))
-            placement = choose_placement(fallback) or MIXED
+            placement = choose_placement(placed, policy.min_rounds) or MIXED
             notes.append(f"no round had a steady placement on a quiet machine; the figure "
                          f"uses the {placement} rounds")
         seconds = self.clock() - started

@@ -63,9 +63,13 @@ def placement_counts(runs: Sequence[TimingRun], allow_loaded: bool) -> Counter[s
     return counts
 
 
-def headline_placement(counts: Counter[str]) -> str | None:
-    """The preferred placement among those with rounds."""
-    return next((state for state in PREFERENCE if counts.get(state)), None)
+def headline_placement(counts: Counter[str], min_rounds: int) -> str | None:
+    """The placement the row's figures are taken in: the preferred one with at least
+    `min_rounds` rounds, else the one with most (`dlas.measure.rounds.choose_placement`,
+    the rule each timing run chose by)."""
+    from dlas.measure.rounds import choose_placement
+
+    return choose_placement(counts, min_rounds)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,8 @@ def latency_columns(runs: Sequence[TimingRun], ci_threshold: float) -> dict[str,
         raise ValueError("a timed row needs at least one timing run")
     used, loaded = usable_runs(runs)
     counts = placement_counts(used, allow_loaded=loaded)
-    placement = headline_placement(counts)
+    min_rounds = max((int(r.policy.get("min_rounds", 1)) for r in used), default=1)
+    placement = headline_placement(counts, min_rounds)
     if placement is None:  # only mixed or erratic rounds: use them, flagged
         counts = Counter(r.placement for run in used for r in run.rounds)
         placement = counts.most_common(1)[0][0]
