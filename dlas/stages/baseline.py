@@ -63,6 +63,7 @@ class BaselineStage(StoredStage[MeasureFacts, MeasureFacts]):
     version = 2
     parent = "import"
     parent_field = "imported"
+    reads = ("tuning", "targets")
     needs = ("data", "train", "compress", "import")
     facts_type = MeasureFacts
     resources = Resources(cpus=2, exclusive=True)

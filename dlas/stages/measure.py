@@ -55,6 +55,7 @@ class MeasureStage(StoredStage[MeasureFacts, MeasureFacts]):
     version = 2
     parent = "compile"
     parent_field = "compiled"
+    reads = ("targets",)
     needs = ("data", "train", "import", "compile")
     facts_type = MeasureFacts
     resources = Resources(cpus=2, exclusive=True)
