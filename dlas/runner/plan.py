@@ -3,7 +3,7 @@ large to read row by row, a summary.
 
 The grid is a product of six layers, so it grows fast: a config of 20 models, 10
 compressions, 6 algorithms, 4 tunings and 10 targets is 48,000 points. Listed row by row
-that took over a minute (most of it laying out the table) and said nothing a reader could
+that took 45-86 s on 2 cores (most of it laying out the table) and said nothing a reader could
 take in. Above `SUMMARY_ABOVE` points `dlas plan` prints instead what decides whether
 to run the sweep: how many points, which cannot run and why (grouped by reason), how
 many options each layer has, and how much of it is cached; `--all` lists every row and
