@@ -98,39 +98,27 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from dlas.runner import plan
     from dlas.runner.cache import Cache
-    from dlas.stages import stage_keys
     from dlas.sweep.grid import expand
 
     config = load_config(args.config)
     if args.estimate or args.workers is not None:
+        if args.all:
+            raise UsageError("--all lists the grid's points; --estimate prints the expected "
+                             "wall time instead: give one of them")
         return _plan_estimate(args, config)
     excluded: list = []
     points = expand(config, excluded)
     ws = _workspace(args)
-    cache = Cache(ws.cache_dir)
-    left_out = f" ({len(excluded)} more left out by its exclude rules)" if excluded else ""
-    table = Table(title=f"sweep '{config.name}': {len(points)} points{left_out}",
-                  title_justify="left")
-    for col in ("#", *registry.LAYERS, "cached stages / status"):
-        table.add_column(col, overflow="fold")
-    runnable = 0
-    for i, point in enumerate(points, 1):
-        if point.blocked:
-            status = f"[yellow]not runnable[/]: {escape(point.blocked)}"
-        else:
-            runnable += 1
-            keys = stage_keys(point)
-            stored = [s for s, _ in keys.items() if s != "data"]
-            cached = [s for s, k in keys.items() if s in stored and cache.has(s, k)]
-            if len(cached) == len(stored):
-                status = "all stages cached"
-            else:
-                status = f"cached: {', '.join(cached)}" if cached else "nothing cached"
-        table.add_row(str(i), *map(escape, point.labels().values()), status)
-    console.print(table)
-    console.print(f"{len(points)} points: {runnable} runnable, {len(points) - runnable} not "
-                  f"runnable; cache {ws.cache_dir}")
+    plans = plan.plan_points(points, Cache(ws.cache_dir))
+    if args.json:
+        print(json.dumps(plan.as_json(config, plans, len(excluded), ws.cache_dir), indent=1))
+    elif len(plans) > plan.SUMMARY_ABOVE and not args.all:
+        plan.print_summary(plan.summarize(config, plans, len(excluded)), ws.cache_dir,
+                           args.config, console)
+    else:
+        plan.print_table(config, plans, len(excluded), ws.cache_dir, console)
     return 0
 
 
@@ -144,7 +132,11 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
         raise UsageError(f"--workers {workers}: give the number of worker machines, 1 or "
                          "more (e.g. --workers 8)")
     ws = _workspace(args)
-    estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers)
+    # a grid of tens of thousands of points takes seconds: say what is going on (on a
+    # terminal only; the line is gone once the estimate prints)
+    with console.status(f"estimating sweep '{config.name}' (every point's stages against "
+                        "the cache)...", spinner="line"):
+        estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers)
     if args.json:
         print(json.dumps(as_json(estimate), indent=1))
     else:
@@ -301,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", choices=list(registry.LAYERS))
     p.set_defaults(fn=cmd_plugins)
 
-    p = sub.add_parser("plan", help="print a sweep's grid and what is already cached")
+    p = sub.add_parser("plan", help="print a sweep's grid (a summary above 200 points) and "
+                                    "what is already cached")
     p.add_argument("config")
     workspace_args(p)
     p.add_argument("--estimate", action="store_true",
@@ -311,7 +304,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, metavar="N",
                    help="also estimate the wall time on N worker machines (implies "
                         "--estimate)")
-    p.add_argument("--json", action="store_true", help="with --estimate: print it as JSON")
+    p.add_argument("--all", action="store_true",
+                   help="list every point, also when the grid has more than 200 (then a "
+                        "summary is printed instead)")
+    p.add_argument("--json", action="store_true",
+                   help="print every point (or, with --estimate, the estimate) as JSON")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("run", help="run a sweep (cached, resumable)")

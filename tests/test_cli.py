@@ -13,6 +13,7 @@ import pytest
 
 from dlas.cli import main
 from tests.conftest import tiny_sweep
+from tests.test_yaml_limits import bomb
 
 REPO = Path(__file__).resolve().parents[1]
 DLAS = [sys.executable, "-m", "dlas.cli"]
@@ -144,6 +145,7 @@ BASE = "name: x\ndatasets: [digits]\nmodels: [resnet18]\n"
     (BASE + "exclude:\n  - {models: resnet18}\n", "leave out every point"),
     ("", "bad.yaml: the file is empty"),
     ("- digits\n", "bad.yaml: the sweep config is a YAML list, not a mapping"),
+    (bomb(), "bad.yaml:8: alias *l3 (a copy of 11,111 nodes) brings the document to more"),
 ])
 @pytest.mark.parametrize("command", ["plan", "run"])
 def test_bad_config_exits_2_with_where_and_what(tmp_path: Path, capsys: pytest.CaptureFixture,

@@ -130,14 +130,15 @@ def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, st
 def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                    workers: int = 1, record: WorkspaceRecord | None = None) -> Estimate:
     """The estimate of running `config` against the workspace (its cache and results)."""
-    from dlas.runner.cache import Cache
-    from dlas.stages import stage_keys
+    from dlas.runner.cache import Cache, CacheIndex
+    from dlas.stages import KeyMemo, stage_keys
     from dlas.sweep.grid import expand
     from dlas.targets.resolve import resolve_target
 
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    cache = Cache(cache_root)
+    # a large grid's points share most stage keys: each computed, and looked up, once
+    cache, memo = CacheIndex(Cache(cache_root)), KeyMemo()
     record = record or load_workspace(Path(cache_root), Path(db_path))
     by_stage: defaultdict[str, list[Measured]] = defaultdict(list)
     for sample in record.measured:
@@ -155,7 +156,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             skipped += 1
             continue
         runnable += 1
-        keys = dict(stage_keys(point).items())
+        keys = dict(stage_keys(point, memo).items())
         if "measure" in keys and resolve_target(point).unmeasurable:
             del keys["measure"]  # compiled, then recorded as not runnable here
         todo = {s for s, k in keys.items() if s != "data" and not cache.has(s, k)}

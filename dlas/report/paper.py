@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 PAPER_FILE = "paper.yaml"
 
 
@@ -149,7 +147,12 @@ def parse_paper(raw: dict[str, Any], source: Path) -> Paper:
 
 @functools.cache
 def _load(path: Path) -> Paper:
-    return parse_paper(yaml.safe_load(path.read_text()), path)
+    # the sweep config's reader: duplicate keys and alias bombs are errors with file:line
+    from dlas.sweep.yaml_source import load_yaml, read_config_text
+
+    raw, _ = load_yaml(read_config_text(path, "paper values file"), str(path),
+                       "paper values file")
+    return parse_paper(raw, path)
 
 
 def load_paper(path: Path | None = None) -> Paper:

@@ -90,3 +90,40 @@ class Cache:
                 shutil.rmtree(leftover, ignore_errors=True)
                 removed += 1
         return removed
+
+
+class CacheIndex:
+    """What a cache holds, for asking about many keys at once (`dlas plan` of a large
+    grid): each stage folder is listed once, and only keys that are listed are checked
+    for a complete entry (`Cache.has`), instead of a file lookup per key asked about.
+    A snapshot: entries written after a stage's folder was listed are not seen."""
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+        self._listed: dict[str, frozenset[str]] = {}
+        self._has: dict[tuple[str, str], bool] = {}  # keys shared by many points
+
+    def _names(self, stage: str) -> frozenset[str]:
+        names = self._listed.get(stage)
+        if names is None:
+            try:
+                found = os.listdir(self.cache.root / stage)
+            except (FileNotFoundError, NotADirectoryError):
+                found = []
+            # the work areas and half-written or discarded entries beside the entries
+            names = frozenset(n for n in found if not n.startswith(".")
+                              and not n.endswith(".partial"))
+            self._listed[stage] = names
+        return names
+
+    def any(self, stage: str) -> bool:
+        """Whether the stage has any entry at all (else no key needs asking about)."""
+        return bool(self._names(stage))
+
+    def has(self, stage: str, key: str) -> bool:
+        if key not in self._names(stage):
+            return False
+        found = self._has.get((stage, key))
+        if found is None:
+            found = self._has[(stage, key)] = self.cache.has(stage, key)
+        return found

@@ -18,7 +18,7 @@ from dlas.stages.compile import COMPILE
 from dlas.stages.compress import COMPRESS
 from dlas.stages.data import DATA
 from dlas.stages.import_model import IMPORT
-from dlas.stages.keys import StageKeys, stage_keys
+from dlas.stages.keys import KeyMemo, StageKeys, iter_stage_keys, stage_keys
 from dlas.stages.measure import MEASURE
 from dlas.stages.train import TRAIN
 
@@ -27,5 +27,5 @@ ALL: tuple[Stage, ...] = (DATA, TRAIN, COMPRESS, IMPORT, COMPILE, MEASURE, BASEL
 BY_NAME: dict[str, Stage] = {stage.name: stage for stage in ALL}
 STAGES: tuple[str, ...] = tuple(BY_NAME)
 
-__all__ = ["ALL", "BASELINE", "BY_NAME", "COMPILE", "COMPRESS", "DATA", "IMPORT", "MEASURE",
-           "STAGES", "TRAIN", "Stage", "StageKeys", "stage_keys"]
+__all__ = ["ALL", "BASELINE", "BY_NAME", "COMPILE", "COMPRESS", "DATA", "IMPORT", "KeyMemo",
+           "MEASURE", "STAGES", "TRAIN", "Stage", "StageKeys", "iter_stage_keys", "stage_keys"]

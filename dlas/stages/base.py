@@ -7,6 +7,10 @@ A stage says
 - `needs`: the upstream stages whose outputs `compute` reads (checked: asking for another
   one raises),
 - `key_inputs`: the inputs its key hashes besides the parent's key,
+- `reads`: the layers whose choices `key_inputs` may read (it is given a view of the point
+  with only those, so reading another raises): points that agree on them and on the
+  parent's key share the key, which is what lets a grid of tens of thousands of points
+  compute each shared key once (`dlas.stages.keys.KeyMemo`),
 - `compute`: produce the output into a fresh folder and return its typed facts,
 - `load`: turn a stored entry back into its typed output,
 - `resources`: what an executor must give it (CPUs; `exclusive` for a timing, which holds
@@ -106,6 +110,8 @@ class Stage(ABC, Generic[Out]):
     parent: ClassVar[str | None]
     #: The name the parent's key has among this stage's key inputs.
     parent_field: ClassVar[str] = ""
+    #: The layers whose choices `key_inputs` reads (besides the budgets).
+    reads: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
     resources: ClassVar[Resources] = Resources()
 
@@ -116,7 +122,8 @@ class Stage(ABC, Generic[Out]):
 
     @abstractmethod
     def key_inputs(self, point: Point) -> dict[str, Any]:
-        """What this stage's key hashes besides its parent's key."""
+        """What this stage's key hashes besides its parent's key; `point` holds only the
+        layers in `reads`."""
 
     def __repr__(self) -> str:
         return f"<stage {self.name} v{self.version}>"

@@ -77,6 +77,7 @@ class BaselineStage(TimedStage):
     version = 3
     parent = "import"
     parent_field = "imported"
+    reads = ("tuning", "targets")
     needs = ("data", "train", "compress", "import")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:

@@ -26,6 +26,7 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
     version = 2
     parent = "import"
     parent_field = "imported"
+    reads = ("algorithms", "tuning", "targets")
     needs = ("import",)
     facts_type = CompileFacts
     resources = Resources(cpus=2)

@@ -31,6 +31,7 @@ class CompressStage(StoredStage[CompressFacts, CompressedModel]):
     version = 2
     parent = "train"
     parent_field = "train"
+    reads = ("compression",)
     needs = ("data", "train")
     facts_type = CompressFacts
     resources = Resources(cpus=2)

@@ -17,6 +17,7 @@ class DataStage(TransientStage[Any]):
     name = "data"
     version = 1
     parent = None
+    reads = ("datasets",)
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return {"dataset": point.datasets.identity(), "seed": point.budgets.seed}

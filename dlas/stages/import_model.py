@@ -39,6 +39,7 @@ class ImportStage(StoredStage[ImportFacts, ImportedModule]):
     version = 4
     parent = "compress"
     parent_field = "compress"
+    reads = ()  # the budgets only: the compressed model carries the rest
     needs = ("data", "compress")
     facts_type = ImportFacts
 

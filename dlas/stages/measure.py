@@ -60,6 +60,7 @@ class MeasureStage(TimedStage):
     version = 3
     parent = "compile"
     parent_field = "compiled"
+    reads = ("targets",)
     needs = ("data", "train", "import", "compile")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:

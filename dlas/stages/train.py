@@ -47,6 +47,7 @@ class TrainStage(StoredStage[TrainFacts, TrainedModel]):
     version = 1
     parent = "data"
     parent_field = "data"
+    reads = ("models",)
     needs = ("data",)
     facts_type = TrainFacts
     resources = Resources(cpus=2)

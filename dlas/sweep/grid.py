@@ -76,6 +76,13 @@ class Choice:
             "params": self.params.model_dump(mode="json"),
         }
 
+    @functools.cached_property
+    def identity_json(self) -> str:
+        """`identity()` as canonical JSON, computed once: two choices are the same choice
+        exactly when these are equal (what grids of many points compare and memoise on;
+        validated params are never changed afterwards)."""
+        return canonical_json(self.identity())
+
     @property
     def label(self) -> str:
         set_params = self.params.model_dump(mode="json", exclude_defaults=True)
@@ -124,6 +131,51 @@ class Point:
     def describe(self) -> str:
         return " / ".join(self.labels().values())
 
+    def only(self, layers: tuple[str, ...], reader: str) -> LayerView:
+        """This point reduced to the choices of `layers` and the budgets: what `reader`
+        (a stage's key) may depend on. Reading any other layer from it raises
+        `UndeclaredLayer`, so what a key reads cannot drift from what it declares, and
+        the key can be shared by every point that agrees on those layers."""
+        return LayerView(choices={layer: self.choices[layer] for layer in layers},
+                         budgets=self.budgets, index=self.index, reader=reader)
+
+
+class UndeclaredLayer(RuntimeError):
+    """Code given a `LayerView` read a layer the view leaves out (a bug in that code's
+    declaration, not in a config)."""
+
+
+@dataclass
+class LayerView(Point):
+    """A point with some layers only (`Point.only`); the others raise when read."""
+
+    reader: str = ""
+
+    def _undeclared(self, what: str) -> UndeclaredLayer:
+        return UndeclaredLayer(f"{self.reader} reads {what}, but declares only the layers "
+                               f"{list(self.choices)}: add what it reads to its declaration")
+
+    def __getattr__(self, layer: str) -> Choice:
+        choices = self.__dict__.get("choices", {})
+        if layer in choices:
+            return choices[layer]
+        if layer in registry.LAYERS:
+            raise self._undeclared(f"layer '{layer}'")
+        raise AttributeError(layer)
+
+    @property
+    def key(self) -> str:
+        raise self._undeclared("the point's key (every layer)")
+
+    @property
+    def is_baseline(self) -> bool:
+        if "tuning" not in self.choices:
+            raise self._undeclared("whether the point is a baseline (layer 'tuning')")
+        return BASELINE_TAG in self.choices["tuning"].tags
+
+    def labels(self) -> dict[str, str]:
+        raise self._undeclared("the point's labels (every layer)")
+
 
 def _matches(rule: dict[str, str | list[str]], choices: dict[str, Choice]) -> bool:
     for layer, names in rule.items():
@@ -151,7 +203,13 @@ def runtime_choice(tuning: Choice) -> Choice:
     """The algorithms-axis stand-in of a baseline tuning choice: named after the runtime,
     with no parameters, so the point (and its cache keys) do not depend on which
     algorithms the sweep lists."""
-    return Choice(_runtime_option(tuning.name), registry.NoParams())
+    return _runtime_choice(tuning.name)
+
+
+@functools.cache
+def _runtime_choice(runtime: str) -> Choice:
+    # one shared object per runtime: its identity_json is computed once per process
+    return Choice(_runtime_option(runtime), registry.NoParams())
 
 
 def expand(config: SweepConfig, excluded: list[Point] | None = None) -> list[Point]:
@@ -170,20 +228,23 @@ def expand(config: SweepConfig, excluded: list[Point] | None = None) -> list[Poi
         per_layer.append(choices)
 
     points: list[Point] = []
-    seen: set[str] = set()
+    # the points' identities without their budgets, which all points share: equal exactly
+    # when their keys are, without hashing every point's whole config
+    seen: set[tuple[str, ...]] = set()
     for combo in itertools.product(*per_layer):
         choices = dict(zip(registry.LAYERS, combo, strict=True))
         if BASELINE_TAG in choices["tuning"].tags:
             choices["algorithms"] = runtime_choice(choices["tuning"])
             combo = tuple(choices.values())
         point = Point(choices=choices, budgets=config.budgets, index=len(points))
-        if point.key in seen:
+        identity = tuple(choice.identity_json for choice in combo)
+        if identity in seen:
             if point.is_baseline:  # already listed under an earlier algorithm
                 continue
             # parse_config rejects an axis listing one choice twice, so this is a bug
             raise ConfigError(f"sweep '{config.name}' lists the point {point.describe()} "
                               "twice; remove the repeated option from its axis")
-        seen.add(point.key)
+        seen.add(identity)
         for i, rule in enumerate(config.exclude):
             if _matches(rule, choices):
                 point.blocked = f"excluded by the sweep's exclude rule #{i + 1} ({rule})"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
+import reprlib
 import types
 import typing
 from typing import TYPE_CHECKING, Any
@@ -86,6 +87,27 @@ def _unknown_key_hint(model: type[BaseModel] | None, key: str) -> str:
     return f".{hint} Valid keys here: {', '.join(valid) or '(none)'}"
 
 
+#: The most characters of a wrong value an error message quotes (a long list or text
+#: would bury the message, and a huge value would take long to print).
+QUOTE_CHARS = 200
+
+
+def _quoter() -> reprlib.Repr:
+    short = reprlib.Repr()  # keyword arguments only from Python 3.12
+    short.maxlevel, short.maxlist, short.maxdict = 3, 8, 8
+    short.maxstring = short.maxother = QUOTE_CHARS
+    return short
+
+
+_QUOTER = _quoter()
+
+
+def quote(value: Any) -> str:
+    """`repr(value)`, with long collections and text elided (`reprlib`)."""
+    text = _QUOTER.repr(value)
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 3] + "..."
+
+
 def describe(exc: ValidationError, where: Where, prefix: Loc = (),
              model: type[BaseModel] | None = None) -> list[str]:
     """One `file:line: what` message per pydantic error; `model` is the schema validated
@@ -94,7 +116,7 @@ def describe(exc: ValidationError, where: Where, prefix: Loc = (),
     for err in exc.errors():
         rel = tuple(p for p in err["loc"] if isinstance(p, (str, int)))
         loc = prefix + rel
-        got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+        got = "" if err["type"] == "missing" else f" (got {quote(err.get('input'))})"
         if err["type"] == "extra_forbidden":
             owner = _model_at(model, rel[:-1]) if model is not None else None
             msgs.append(f"{where(loc)}: unknown key '{dotted(loc)}'"

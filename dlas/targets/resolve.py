@@ -12,15 +12,13 @@ from dlas.targets.base import TargetSpec
 
 
 @functools.cache
-def _resolve_cached(name: str, version: str, params_json: str) -> TargetSpec:
-    option = registry.get("targets", name)
-    return option.fn(option.parse_params(json.loads(params_json)))
+def _resolve_cached(identity_json: str) -> TargetSpec:
+    identity = json.loads(identity_json)
+    option = registry.get("targets", identity["name"])
+    return option.fn(option.parse_params(identity["params"]))
 
 
 def resolve_target(point: Any) -> TargetSpec:
-    """The target's concrete spec for a sweep point (`dlas.sweep.grid.Point`)."""
-    from dlas.sweep.grid import canonical_json
-
-    choice = point.targets
-    return _resolve_cached(choice.name, choice.option.version,
-                           canonical_json(choice.identity()["params"]))
+    """The target's concrete spec for a sweep point (`dlas.sweep.grid.Point`); keyed by
+    the choice's identity (name, version, params), which each choice computes once."""
+    return _resolve_cached(point.targets.identity_json)
