@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from dlas import registry
-from dlas.report.data import point_from_row
 from dlas.report.tables import baseline_comparison, speed_cells
 from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
@@ -24,7 +23,7 @@ from dlas.targets.base import TargetSpec
 from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
 from dlas.tuning.baselines.ort import ONNX_FILE
 from tests.conftest import tiny_sweep
-from tests.test_report import make_db, row
+from tests.test_report import make_db, point_from_row, row
 
 
 def sweep(compression: list[str] | None = None, algorithms: list[str] | None = None,
@@ -136,7 +135,7 @@ def test_baselines_recorded_verified_timed_once_each_then_reused(tmp_path: Path)
         assert r.algorithm == runtime
         assert r.verification_reference == "pytorch" and r.max_abs_diff < 1e-3
         assert r.top1_agreement == 1.0
-        assert r.threads == 1 and r["runtime_info"].threads == 1
+        assert r.threads == 1 and r.runtime_info["threads"] == 1
         assert r.runtime_info["runtime"] == runtime and r.runtime_info["version"]
         assert len(r.latency_samples_ms) >= 5  # rounds x ceil(repeat / rounds)
         assert 0 < r.latency_min_ms <= r.latency_median_ms <= r.latency_max_ms
@@ -150,7 +149,7 @@ def test_baselines_recorded_verified_timed_once_each_then_reused(tmp_path: Path)
     assert ort.runtime_info["inter_op_threads"] == 1
     assert ort.runtime_info["execution_mode"] == "sequential"
     assert ort.runtime_info["providers"] == ["CPUExecutionProvider"]
-    assert ort["runtime_info"].model.startswith("float32 ONNX export")
+    assert ort.runtime_info["model"].startswith("float32 ONNX export")
     assert pt.runtime_info["dtype"] == "float32"
 
     second = run(text, tmp_path)
@@ -178,7 +177,7 @@ def test_int8_onnxruntime_baseline_runs_the_quantized_model(tmp_path: Path) -> N
     ort, pt = by_tuning["onnxruntime"], by_tuning["pytorch"]
     assert ort.status == "ok" and ort.verified == 1 and ort.precision == "int8"
     assert ort.verification_reference == "qdq"  # the literal QDQ function
-    assert ort["runtime_info"].model == "int8 QDQ model from the compress stage"
+    assert ort.runtime_info["model"] == "int8 QDQ model from the compress stage"
     assert ort.accuracy == ort.ort_accuracy and ort.accuracy_source == "onnxruntime"
     # the very bytes the compress stage quantized
     point = next(p for p in expand(parse_config(
@@ -238,12 +237,62 @@ def test_a_wrong_peer_fails_verification_and_an_unable_one_says_why(
     assert again.computed["baseline"] == 0 and again.not_runnable == 1
 
 
+@pytest.fixture
+def crashing_baseline():  # noqa: ANN201
+    class Crashing(Peer):
+        """Computes the right function, then kills its process when timed."""
+
+        runtime = "test_crashing_peer"
+
+        def __init__(self, model: BaselineModel) -> None:
+            self.module, self.threads = model.model, model.threads
+
+        def run(self, inputs: np.ndarray) -> np.ndarray:
+            import torch
+
+            with torch.no_grad():
+                return self.module(torch.from_numpy(inputs)).numpy()
+
+        def bind(self, x: np.ndarray):  # noqa: ANN201
+            def crash() -> None:
+                import os
+                import signal
+
+                os.kill(os.getpid(), signal.SIGSEGV)
+
+            return crash
+
+    @registry.register("tuning", "test_crashing_peer", tags={BASELINE_TAG},
+                       description="crashes the process that times it (test)")
+    def crashing(params, model):
+        return Crashing(model)
+
+    yield "test_crashing_peer"
+    registry.unregister("tuning", "test_crashing_peer")
+
+
+def test_a_variant_that_crashes_the_timing_worker_fails_alone(
+        tmp_path: Path, shared_cache: Path, crashing_baseline: str,
+        capsys: pytest.CaptureFixture) -> None:
+    """The worker dies while timing the crashing runtime: that point fails with what
+    happened, and its model's other variants are timed again without it."""
+    report = run(sweep(tuning=f"[none, {crashing_baseline}]"), tmp_path, shared_cache)
+    assert (report.ok, report.failed) == (1, 1)
+    by_tuning = {r.tuning: r for r in rows(tmp_path)}
+    crashed, tvm = by_tuning[crashing_baseline], by_tuning["none"]
+    assert crashed.error_stage == "baseline"
+    assert "timing worker died (signal 11) while running" in crashed.error
+    assert crashing_baseline in crashed.error
+    assert tvm.status == "ok" and tvm.latency_median_ms > 0
+    assert "timing the other variants again without it" in capsys.readouterr().out
+
+
 # -- the report -------------------------------------------------------------------------------
 
 
 def baseline_row(runtime: str, ms: float, **kw) -> dict:
     r = row(algorithm=runtime, tuning=runtime, ms=ms, **kw)
-    r.config["choices"]["algorithms"]["version"] = "baseline"
+    r["config"]["choices"]["algorithms"]["version"] = "baseline"
     return r
 
 

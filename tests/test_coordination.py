@@ -164,6 +164,11 @@ def test_two_concurrent_runs_of_one_sweep_compute_nothing_twice(tmp_path: Path) 
     total = {s: sum(r["computed"].get(s, 0) for r in reports)
              for s in ("train", "compress", "import", "compile", "measure")}
     assert total == {"train": 1, "compress": 2, "import": 2, "compile": 4, "measure": 4}
+    # the work was split, not queued: each process computed some of the entries after
+    # the one training they share
+    for r in reports:
+        assert sum(r["computed"].get(s, 0) for s in ("compress", "import", "compile")) >= 1, \
+            reports
 
     # no timing overlapped another process's work
     spans = []
@@ -177,3 +182,43 @@ def test_two_concurrent_runs_of_one_sweep_compute_nothing_twice(tmp_path: Path) 
                         if s[0] != pid and s[2] < end and start < s[3]], (pid, start, end)
     assert not list((tmp_path / "ws" / "cache").glob("*/.tmp-*"))
     assert not list((tmp_path / "ws" / "cache").glob("*/.claim-*"))
+
+
+@pytest.mark.slow
+def test_a_run_moves_on_past_an_entry_another_process_holds_and_comes_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Another process holds the pruned point's compress entry: the run does not queue
+    behind it; it finishes the dense point (compile, timing, row) first, then comes back
+    for the pruned one once the claim is released, and computes it itself."""
+    from dlas import registry
+    from dlas.results.store import ResultStore
+    from dlas.runner.runner import Runner, Workspace
+    from dlas.stages import stage_keys
+    from dlas.sweep.config import parse_config
+    from dlas.sweep.grid import expand
+
+    registry.load_plugins()
+    text = tiny_sweep(compression=["weight_pruning", "none"]).replace(
+        "  - weight_pruning", "  - name: weight_pruning\n    params: {levels: [0.9], level: 0.9}")
+    config = parse_config(text)
+    pruned = next(p for p in expand(config) if p.compression.name == "weight_pruning")
+    cache = tmp_path / "ws" / "cache"
+    key = stage_keys(pruned).compress
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_CLAIM.replace('"train", "k1"', f'"compress", "{key}"'),
+         str(cache), "25"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    try:
+        report = Runner(Workspace(tmp_path / "ws"), progress=False,
+                        machine_lock=MachineLock(tmp_path / "locks")).run(config)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = capsys.readouterr().out
+    assert report.ok == 2 and report.computed["compress"] == 2
+    assert f"waiting: compress {key[:10]} is being computed by another dlas process" in out
+    with ResultStore(tmp_path / "ws" / "results.db") as store:
+        rows = store.rows()
+    # the dense point (second in the grid) was finished first
+    assert [r.compression.split("(")[0] for r in rows] == ["none", "weight_pruning"]
+    assert out.index("-> ok") < out.index(f"compress  computing ... (key {key[:10]})")

@@ -14,7 +14,7 @@ from dlas.estimate.costmodel import components
 from dlas.estimate.render import duration
 from dlas.estimate.schedule import Task, simulate
 from dlas.estimate.work import stage_work
-from dlas.results.store import ResultStore
+from dlas.results.store import ResultRow, ResultStore
 from dlas.stages import stage_keys
 from dlas.sweep.config import parse_config
 from dlas.sweep.grid import Point, expand
@@ -36,9 +36,9 @@ def _store(ws: Path, point: Point, stage: str, seconds: float, **facts: object) 
     (entry / "meta.json").write_text(json.dumps({"stage": stage, "key": key,
                                                  "seconds": seconds, **facts}))
     with ResultStore(ws / "results.db") as store:
-        store.upsert({"point_key": point.key, "sweep": "earlier", "status": "ok", "config": {
+        store.upsert(ResultRow(point_key=point.key, sweep="earlier", status="ok", config={
             "choices": {layer: c.identity() for layer, c in point.choices.items()},
-            "budgets": point.budgets.model_dump(mode="json")}})
+            "budgets": point.budgets.model_dump(mode="json")}))
 
 
 def _estimate(ws: Path, config, workers: int = 1):  # noqa: ANN001, ANN202
@@ -121,7 +121,7 @@ def test_failed_points_are_skipped_like_the_runner_does(tmp_path: Path) -> None:
     config = _config(algorithms=("direct",))
     point = expand(config)[0]
     with ResultStore(tmp_path / "results.db") as store:
-        store.upsert({"point_key": point.key, "sweep": "est", "status": "failed"})
+        store.upsert(ResultRow(point_key=point.key, sweep="est", status="failed"))
     est = _estimate(tmp_path, config)
     assert est.skipped_failed == 1 and est.runnable == 0 and not est.tasks
 

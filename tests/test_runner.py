@@ -339,3 +339,28 @@ def test_too_many_verification_samples_fail_before_training(tmp_path: Path) -> N
     assert row.error_stage == "data"
     assert "budgets.verify_samples is 100000" in row.error
     assert "set budgets.verify_samples to at most" in row.error
+
+
+def test_a_sweep_lists_the_points_another_sweep_measured_first(
+        tmp_path: Path, shared_cache: Path) -> None:
+    """Membership is many-to-many: the second sweep's results and report hold every
+    point it lists, also those the first sweep measured (and nothing is timed twice)."""
+    from dlas.report.data import load_points
+
+    with_ort = "tuning: [none, onnxruntime]"
+    first = tiny_sweep("first").replace("tuning: [none]", with_ort)
+    second = tiny_sweep("second", algorithms=["direct", "gemm"]).replace("tuning: [none]",
+                                                                         with_ort)
+    assert run(first, tmp_path, shared_cache).ok == 2
+    report = run(second, tmp_path, shared_cache)
+    assert report.ok == 3 and report.reused["baseline"] == 1 and report.reused["measure"] == 1
+    with ResultStore(tmp_path / "results.db") as store:
+        listed = {r.algorithm for r in store.rows(sweep="second")}
+        assert listed == {"direct", "gemm", "onnxruntime"}
+        assert {r.algorithm for r in store.rows(sweep="first")} == {"direct", "onnxruntime"}
+        assert len(store.rows()) == 3 and store.sweeps() == ["first", "second"]
+        shared = next(r for r in store.rows() if r.algorithm == "onnxruntime")
+        assert shared.sweep == "first"  # the row keeps who wrote it first
+    points = load_points(tmp_path / "results.db", ["second"])
+    assert {p.algorithm for p in points} == {"direct", "gemm", "onnxruntime"}
+    assert {p.sweep for p in points} == {"second"}

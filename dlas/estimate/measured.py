@@ -90,6 +90,14 @@ def _components(stage: str, meta: dict[str, Any]) -> dict[str, float] | None:
         extra = noise.get("extra_s")
         if isinstance(extra, int | float) and 0 < extra <= seconds:
             seconds -= extra
+    timing = meta.get("timing")
+    if stage in ("measure", "baseline") and isinstance(timing, dict):
+        # the same for a timing worker's run, whose seconds are its group's share
+        waited = sum(float(e.get("waited_s") or 0.0) for e in timing.get("events") or ()
+                     if isinstance(e, dict))
+        members = int((meta.get("computed_by") or {}).get("interleaved") or 1)
+        if 0 < waited / members <= seconds:
+            seconds -= waited / members
     if stage == "compile":
         tuning = float(meta.get("tuning_s") or 0.0)
         return {"compile": max(float(seconds) - tuning, 0.0), "tuning": tuning}

@@ -30,8 +30,12 @@ class TimingRound(BaseModel):
     loaded: bool = False
     #: CPU other processes used during the round, in cores (None without a probe).
     other_cores: float | None = None
-    #: Seconds since the run started, when the round began.
+    #: Seconds since the run started, when this chunk began.
     at_s: float = 0.0
+    #: Where the chunk fell in its round's random order, and the variant just before it
+    #: (what may have left its threads spinning or its weights in the caches).
+    position: int = 0
+    previous: str | None = None
     samples_ms: list[float]
 
 

@@ -7,22 +7,27 @@ moment (`dlas.measure.placement`), and that flips every few seconds to minutes. 
 variant A for a while and then variant B lets a flip land between them and decide the
 comparison. So every variant of a model takes a short chunk of samples in every round,
 in a random order per round (Abedi & Brecht's randomized multiple interleaved trials),
-and each round is labelled with the placement read before and after it; a round whose
-placement changed is "mixed" and not used. Rounds are also the unit the confidence
+and each chunk is labelled with the placement read right before and right after it; a
+chunk whose placement changed is "mixed" and not used. Why per chunk and not per round:
+probed every 5 ms for a minute (docs/timing.md), the placement changed 28 times, with
+far spells from 8 ms to 2.4 s; a round of a dozen variants lasts a second or two, and
+probes at its ends missed spells that slowed the chunks between them 1.5-2x. Chunks are
+kept short for the same reason (`CHUNK_MAX_S`). Rounds are the unit the confidence
 interval resamples (`dlas.results.statistics`).
 
-When to stop: once every variant has `min_rounds` usable rounds in the preferred
-placement ("near" first: the state a multi-threaded timing is fastest and most
-repeatable in), or when the placement budget is spent, in which case the placement with
-most usable rounds is used and recorded. A round taken while other processes used the
-CPUs (the load probe, `dlas.measure.load`) is discarded and taken again after waiting for
-a quiet machine, within the noise budget; what is still loaded when it is spent is kept,
-marked, and flags the row noisy.
+When to stop: once every variant has `min_rounds` usable chunks (and `samples`
+samples) in the preferred placement ("near" first: the state a multi-threaded timing is
+fastest and most repeatable in), or when the placement budget is spent, in which case the
+placement with most usable chunks is used and recorded. A round taken while other
+processes used the CPUs (the load probe, `dlas.measure.load`) is discarded and taken
+again after waiting for a quiet machine, within the noise budget; what is still loaded
+when it is spent is kept, marked, and flags the row noisy.
 
-Between two chunks the sampler pauses briefly (`settle_s`): a runtime's pool threads spin
+Before each chunk the sampler pauses briefly (`settle_s`): a runtime's pool threads spin
 for a while after each call (TVM's, ONNX Runtime's, OpenMP's), and the next chunk,
-possibly of another runtime, must not share the CPUs with them. Each chunk starts with a
-discarded warm-up call.
+possibly of another runtime, and the probe must not share the CPUs with them. Each chunk
+starts with a discarded warm-up call: the variant before it has filled the caches with
+its own weights.
 """
 
 from __future__ import annotations
@@ -49,8 +54,11 @@ from dlas.measure.placement import (
 )
 from dlas.measure.record import TimingRound, TimingRun
 
-#: Label of a round whose placement changed while it was taken.
+#: Label of a chunk whose placement changed while it was taken.
 MIXED = "mixed"
+#: A chunk lasts at most about this long (fewer samples per chunk for slow variants):
+#: the shorter a chunk, the less often a placement change falls inside it.
+CHUNK_MAX_S = 0.25
 
 
 class Subject(Protocol):
@@ -77,12 +85,12 @@ class RoundsPolicy:
     #: Rounds never exceed this many (a machine that never settles).
     max_rounds: int = 60
     #: Seconds a run may keep taking rounds to reach the preferred placement.
-    placement_budget_s: float = 60.0
+    placement_budget_s: float = 30.0
     #: Re-takes of rounds taken under load, and seconds for waiting and re-taking.
     noise_retries: int = 5
     noise_budget_s: float = 20.0
     #: Pause before each chunk, for the previous runtime's spinning threads to sleep.
-    settle_s: float = 0.02
+    settle_s: float = 0.005
     #: Discarded calls at the start of each chunk (the first chunk: at least the sweep's).
     warmup: int = 1
 
@@ -99,18 +107,35 @@ class RoundsPolicy:
 
 
 @dataclass
-class _Round:
-    index: int
+class _Chunk:
+    """One subject's samples in one round, and the placement around them."""
+
     placement: str
     round_trip_ns: list[float | None]
+    samples_s: list[float]
+    at_s: float = 0.0
+    position: int = 0
+    previous: str | None = None
+
+
+@dataclass
+class _Round:
+    index: int
     loaded: bool
     other_cores: float | None
     at_s: float
-    samples_s: dict[str, list[float]]
+    chunks: dict[str, _Chunk]
+
+    def summary(self) -> str:
+        """'near', or 'near 12, far 2' when the chunks differ."""
+        counts = Counter(c.placement for c in self.chunks.values())
+        if len(counts) == 1:
+            return next(iter(counts))
+        return ", ".join(f"{state} {n}" for state, n in counts.most_common())
 
 
 def round_placement(before: PlacementReading, after: PlacementReading) -> str:
-    """One label for a round: the placement read before it when it held until after."""
+    """One label for a chunk: the placement read before it when it held until after."""
     if before.state == after.state:
         return before.state
     return MIXED
@@ -149,6 +174,7 @@ class RoundSampler:
                  pinned: bool = False,
                  say: Callable[[str], None] | None = None,
                  on_round: Callable[[int, str, float | None], None] | None = None,
+                 on_chunk: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  sleep: Callable[[float], None] = time.sleep, seed: int = 0) -> None:
         if not subjects:
@@ -165,9 +191,12 @@ class RoundSampler:
         self.source, self.threads, self.pinned = source, threads, pinned
         self.say = say or (lambda _text: None)
         self.on_round = on_round or (lambda _i, _state, _rt: None)
+        #: Told which subject is about to run (what a crash is blamed on).
+        self.on_chunk = on_chunk or (lambda _label: None)
         self.clock, self.sleep = clock, sleep
         self.rng = np.random.default_rng(seed)
         self.events: list[dict[str, object]] = []
+        self._per_sample: dict[str, float] = {}
         self._extra_s = 0.0  # waiting and discarded rounds, against the noise budget
         self._retries = 0
 
@@ -180,23 +209,38 @@ class RoundSampler:
             return PlacementReading(UNKNOWN)
         return self.placement.read()
 
+    def _chunk_size(self, subject: Subject) -> int:
+        """Samples in the subject's next chunk: its share of the samples per round, fewer
+        when that would last longer than `CHUNK_MAX_S` (from its last chunk)."""
+        per = self._per_sample.get(subject.label)
+        n = self.policy.per_round
+        if per is not None and per > 0:
+            n = min(n, max(1, int(CHUNK_MAX_S / per)))
+        return n
+
     def _take_round(self, index: int, started: float, first: bool) -> _Round:
-        before = self._read_placement()
         mark = self.load.begin() if self.load is not None else None
         at = self.clock() - started
-        samples: dict[str, list[float]] = {}
-        for i in self.rng.permutation(len(self.subjects)):
+        chunks: dict[str, _Chunk] = {}
+        previous: str | None = None
+        for position, i in enumerate(self.rng.permutation(len(self.subjects))):
             subject = self.subjects[int(i)]
             self.sleep(self.policy.settle_s)
             warm = max(self.policy.warmup, 1) if first else self.policy.warmup
-            samples[subject.label] = [float(s) for s in subject.time(self.policy.per_round,
-                                                                     warm)]
+            chunk_at = self.clock() - started
+            self.on_chunk(subject.label)
+            before = self._read_placement()
+            samples = [float(s) for s in subject.time(self._chunk_size(subject), warm)]
+            after = self._read_placement()
+            if samples:
+                self._per_sample[subject.label] = float(np.median(samples))
+            chunks[subject.label] = _Chunk(round_placement(before, after),
+                                           [before.round_trip_ns, after.round_trip_ns],
+                                           samples, chunk_at, position, previous)
+            previous = subject.label
         reading = self.load.end(mark) if (self.load is not None and mark is not None) else None
-        after = self._read_placement()
-        state = round_placement(before, after)
-        return _Round(index, state, [before.round_trip_ns, after.round_trip_ns],
-                      bool(reading and reading.loaded),
-                      None if reading is None else round(reading.other_cores, 3), at, samples)
+        return _Round(index, bool(reading and reading.loaded),
+                      None if reading is None else round(reading.other_cores, 3), at, chunks)
 
     def _budget_left(self) -> float:
         return self.policy.noise_budget_s - self._extra_s
@@ -239,11 +283,20 @@ class RoundSampler:
         run_id = uuid.uuid4().hex
         started_at, started = time.time(), self.clock()
         target = self.target_placement()
+        labels = [s.label for s in self.subjects]
         kept: list[_Round] = []
-        counts: Counter[str] = Counter()  # usable rounds: known placement, quiet machine
-        placed: Counter[str] = Counter()  # known placement, quiet or not
+        # per subject: usable chunks (known placement, quiet machine) and their samples,
+        # and chunks with a known placement quiet or not
+        counts = {label: Counter[str]() for label in labels}
+        samples = {label: Counter[str]() for label in labels}
+        placed = {label: Counter[str]() for label in labels}
         enough_since: float | None = None
+        rounds_since: float | None = None  # when min_rounds rounds had been kept
         index = 0
+
+        def everyone(state: str, tally: dict[str, Counter[str]]) -> bool:
+            return all(tally[label][state] >= policy.min_rounds for label in labels)
+
         while len(kept) < policy.max_rounds:
             t0 = self.clock()
             rnd = self._take_round(index, started, first=index == 0)
@@ -251,44 +304,67 @@ class RoundSampler:
             if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
                 continue
             kept.append(rnd)
-            if rnd.placement not in (MIXED, ERRATIC):
-                placed[rnd.placement] += 1
-                if not rnd.loaded:
-                    counts[rnd.placement] += 1
-            rt = next((v for v in rnd.round_trip_ns if v is not None), None)
-            self.on_round(len(kept), rnd.placement, rt)
-            if counts[target] >= policy.min_rounds:
-                break  # enough rounds in the best placement there is
-            # enough rounds somewhere else (or, once waiting for quiet is over, enough
-            # rounds at all): wait for the target placement for the placement budget
-            enough = next((s for s in PREFERENCE if counts[s] >= policy.min_rounds), None)
+            for label, chunk in rnd.chunks.items():
+                if chunk.placement not in (MIXED, ERRATIC):
+                    placed[label][chunk.placement] += 1
+                    if not rnd.loaded:
+                        counts[label][chunk.placement] += 1
+                        samples[label][chunk.placement] += len(chunk.samples_s)
+            rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
+                       if v is not None), None)
+            self.on_round(len(kept), rnd.summary(), rt)
+            if everyone(target, counts) and all(samples[label][target] >= policy.samples
+                                                for label in labels):
+                break  # enough in the best placement there is
+            # enough somewhere else (or, once waiting for quiet is over, enough at all):
+            # wait for the target placement for the placement budget
+            now = self.clock()
+            if len(kept) >= policy.min_rounds:
+                if self._noise_budget_spent() and any(r.loaded for r in kept):
+                    break  # a busy machine: what it gives is kept and flagged, not waited on
+                if rounds_since is None:
+                    rounds_since = now
+                elif now - rounds_since >= policy.placement_budget_s:
+                    break  # chunks never settle (mixed, erratic): stop at the same bound
+            enough = next((s for s in PREFERENCE if everyone(s, counts)), None)
             if enough is None and self._noise_budget_spent():
-                enough = next((s for s in PREFERENCE if placed[s] >= policy.min_rounds), None)
+                enough = next((s for s in PREFERENCE if everyone(s, placed)), None)
             if enough is None:
                 continue
-            now = self.clock()
             if enough_since is None:
                 enough_since = now
                 if policy.placement_budget_s > 0:
-                    self.say(f"{placed[enough]} rounds in {enough} placement; taking more "
-                             f"for up to {policy.placement_budget_s:.0f} s in case the vCPUs "
-                             f"move to {target} placement")
+                    self.say(f"enough rounds in {enough} placement; taking more for up to "
+                             f"{policy.placement_budget_s:.0f} s in case the vCPUs move to "
+                             f"{target} placement")
             if now - enough_since >= policy.placement_budget_s:
                 break
-        placement = choose_placement(counts, policy.min_rounds)
+        total = Counter[str]()
+        for label in labels:
+            total.update(counts[label])
+        placement = choose_placement(
+            Counter({s: min(counts[label][s] for label in labels) for s in total}),
+            policy.min_rounds)
         notes: list[str] = []
-        if placement is None:  # every round mixed, erratic or loaded: use what there is
-            placement = choose_placement(placed, policy.min_rounds) or MIXED
+        if placement is None:  # every chunk mixed, erratic or loaded: use what there is
+            any_placed = Counter[str]()
+            for label in labels:
+                any_placed.update(placed[label])
+            placement = choose_placement(any_placed, policy.min_rounds) or MIXED
             notes.append(f"no round had a steady placement on a quiet machine; the figure "
                          f"uses the {placement} rounds")
         seconds = self.clock() - started
         runs = {}
         for subject in self.subjects:
-            rounds = [TimingRound(index=r.index, placement=r.placement,
-                                  round_trip_ns=r.round_trip_ns, loaded=r.loaded,
-                                  other_cores=r.other_cores, at_s=round(r.at_s, 3),
-                                  samples_ms=[s * 1e3 for s in r.samples_s[subject.label]])
-                      for r in kept]
+            rounds = []
+            for r in kept:
+                chunk = r.chunks[subject.label]
+                rounds.append(TimingRound(
+                    index=r.index, placement=chunk.placement,
+                    round_trip_ns=chunk.round_trip_ns, loaded=r.loaded,
+                    other_cores=r.other_cores, at_s=round(chunk.at_s, 3),
+                    position=chunk.position, previous=chunk.previous,
+                    samples_ms=[s * 1e3 for s in chunk.samples_s]))
             runs[subject.label] = TimingRun(
                 run_id=run_id, started_at=started_at, source=self.source,
                 threads=self.threads, cpus=list(subject.cpus) if self.pinned else [],

@@ -76,9 +76,15 @@ def fmt_ms(ms: float | None) -> str:
 
 
 def fmt_time(p: Point) -> str:
-    """A point's median with the interquartile range of its samples: '1.23 ms (IQR
-    1.20-1.26)', so a reader sees how far apart two medians must be to differ."""
+    """A point's median with the 95% confidence interval of the median: '1.23 ms
+    [1.20-1.26]', so a reader sees how far apart two medians must be to differ; rows
+    written before intervals existed show the interquartile range of their samples."""
     text = fmt_ms(p.latency_ms)
+    lo, hi = p.latency_ci_low_ms, p.latency_ci_high_ms
+    if lo is not None and hi is not None:
+        digits_ci = (lambda v: f"{v:.3g}") if hi < 100 else (lambda v: f"{v:.0f}")
+        where = f", {p.placement}" if p.placement not in (None, "near", "single") else ""
+        return f"{text} [{digits_ci(lo)}-{digits_ci(hi)}{where}]"
     if p.latency_q1_ms is None or p.latency_q3_ms is None:
         return text
     q1, q3 = p.latency_q1_ms, p.latency_q3_ms
@@ -119,12 +125,17 @@ def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str]
     noisy = [p for p in points if p.noisy and p.is_timed]
     if noisy:
         busy = sum(1 for p in noisy if p.noise_reason and "busy machine" in p.noise_reason)
-        lines.append(f"{len(noisy)} timed points are flagged noisy: their samples' coefficient "
-                     "of variation exceeds the sweep's cv_threshold, or samples taken while "
-                     f"other processes kept the CPUs busy had to be kept ({busy} of them) "
-                     "(marked 'noisy' below; a red outline in the figures).")
-        lines.append("Times are medians; figures draw the interquartile range (IQR) of each "
-                     "point's samples as whiskers and tables print it beside the median.")
+        lines.append(f"{len(noisy)} timed points are flagged noisy: the 95% confidence "
+                     "interval of their median is wider than the sweep's ci_threshold, or "
+                     "rounds taken while other processes kept the CPUs busy had to be kept "
+                     f"({busy} of them) (marked 'noisy' below; a red outline in the "
+                     "figures).")
+    if any(p.is_timed for p in points):
+        lines.append("Times are medians with the 95% confidence interval of the median in "
+                     "brackets (over rounds and timing runs; docs/timing.md), taken in near "
+                     "vCPU placement unless the bracket names another; figures draw the "
+                     "interquartile range of each point's samples as whiskers. A comparison "
+                     "is decided only when its interval excludes a tie.")
     lines += list(notes)
     doc.add(Bullets(lines))
 
@@ -273,8 +284,11 @@ def fmt_ratio_vs(ratio: float | None) -> str:
 def _noisy(p: Point) -> str:
     if not p.noisy:
         return ""
-    if p.noise_reason and "busy machine" in p.noise_reason:
+    reason = p.noise_reason or ""
+    if "busy machine" in reason or "kept the CPUs busy" in reason:
         return " (noisy: busy machine)"
+    if "95% CI" in reason:
+        return " (noisy: wide interval)"
     return f" (noisy, cv {p.latency_cv:.0%})" if p.latency_cv is not None else " (noisy)"
 
 
@@ -288,7 +302,7 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
         return
     names = [RUNTIME_NAMES.get(r, r) for r in cmp.runtimes]
     doc.add(Table(
-        ["platform", "model", "compression", "runtime", "median (IQR)", "accuracy",
+        ["platform", "model", "compression", "runtime", "median [95% CI]", "accuracy",
          "threads"],
         [[b.platform, b.model_label, b.compression_label, RUNTIME_NAMES.get(b.tuning, b.tuning),
           fmt_time(b) + _noisy(b), fmt_acc(b.accuracy), str(b.threads or "-")]
@@ -309,7 +323,7 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
             row.append(fmt_ratio_vs(r.ratio(runtime)))
         rows.append(row)
     doc.add(Table(["platform", "model", "compression", "algorithm", "tuning",
-                   "TVM median (IQR)",
+                   "TVM median [95% CI]",
                    *[f"vs {n}" for n in names]], rows,
                   "Every verified TVM variant against the baselines of its model, "
                   "compression and platform: how many times slower or faster TVM's median "

@@ -6,6 +6,10 @@ untuned runs, two platforms, ...). The observation is "held" when every measured
 holds, "not held" when one fails, "not measured" when no part could be tested, and marked
 partial when some parts could not be. The rule each part applies is stated in its
 evidence, so a reader can disagree with the threshold rather than with a hidden choice.
+
+Every "faster" and "fastest" is decided with the timings' confidence intervals
+(`dlas.report.comparisons`): a difference inside the noise is a tie, which never counts
+as faster, and each part says how many of its comparisons were ties.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from dlas.report.comparisons import decided_fastest, faster, ties_line
 from dlas.report.data import Point
 from dlas.report.paper import Paper
 from dlas.report.speedup import SpeedupCell, geomean, mean, speedup_cells
@@ -24,7 +29,6 @@ from dlas.report.tables import (
     Group,
     accuracy_tables,
     fastest_algorithm,
-    overall_fastest,
     short,
     speed_cells,
 )
@@ -205,8 +209,10 @@ def obs_1(a: Analysis) -> list[Part]:
     return [Part("MACs, accuracy, time", _status(bool(weak)), lines)]
 
 
-def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[str, bool]]]:
-    out: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[str, bool | None]]]:
+    """Per dataset role: (case, whether the best pruned point is decidedly faster than
+    the best dense one; None for a tie)."""
+    out: dict[str, list[tuple[str, bool | None]]] = defaultdict(list)
     for group, models in a.cells.items():
         if group.tuned != tuned:
             continue
@@ -217,8 +223,7 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[str, bool
             if dense is None or not pruned:
                 continue
             best = min(pruned, key=lambda p: p.latency_ms or 0.0)
-            out[a.role(group.dataset)].append((f"{group.label} {model}",
-                                               best.latency_ms < dense.latency_ms))
+            out[a.role(group.dataset)].append((f"{group.label} {model}", faster(best, dense)))
     return out
 
 
@@ -231,12 +236,16 @@ def obs_2(a: Analysis) -> list[Part]:
         if not cases:
             parts.append(Part(name, NOT_MEASURED, [f"no tuned pruned and dense {role} runs"]))
             continue
-        share = _share([f for _, f in cases])
-        ok = share > GENERALLY if want_faster else share == 0
+        wins = sum(f is True for _, f in cases)
+        ties = sum(f is None for _, f in cases)
+        share = wins / len(cases)
+        ok = share > GENERALLY if want_faster else wins == 0
+        verdict = {True: "faster", False: "not faster", None: "tie within noise"}
         parts.append(Part(name, _status(ok), [
-            f"best pruned model faster than best dense in {sum(f for _, f in cases)} of "
-            f"{len(cases)} tuned cases ({_pct(share)})",
-            *(f"{label}: {'faster' if f else 'not faster'}" for label, f in cases),
+            f"best pruned model decidedly faster than best dense in {wins} of {len(cases)} "
+            f"tuned cases ({_pct(share)}; ties count as not faster)",
+            ties_line(len(cases), ties),
+            *(f"{label}: {verdict[f]}" for label, f in cases),
         ]))
     return parts
 
@@ -317,20 +326,25 @@ def obs_4(a: Analysis) -> list[Part]:
     tests: list[tuple[str, Callable[[SpeedupCell, SpeedupCell], bool | None]]] = [
         ("higher ratio", lambda w, c: None if w.ratio is None or c.ratio is None
          else w.ratio > c.ratio),
-        ("faster", lambda w, c: w.best.latency_ms < c.best.latency_ms),
+        ("faster", lambda w, c: faster(w.best, c.best)),
         ("less of its expected speedup", lambda w, c: None if w.pct_expected is None
          or c.pct_expected is None else w.pct_expected < c.pct_expected),
     ]
     parts = []
     for name, test in tests:
-        flags = [f for _, w, c in pairs if (f := test(w, c)) is not None]
+        results = [test(w, c) for _, w, c in pairs]
+        flags = [f for f in results if f is not None]
+        ties = len(results) - len(flags) if name == "faster" else 0
         if not flags:
-            parts.append(Part(f"weight pruning {name}", NOT_MEASURED, ["ratios unknown"]))
+            why = "every comparison a tie within noise" if ties else "ratios unknown"
+            parts.append(Part(f"weight pruning {name}", NOT_MEASURED, [why]))
             continue
         share = _share(flags)
-        parts.append(Part(f"weight pruning {name}", _status(share > GENERALLY), [
-            f"weight pruning {name} than channel pruning in {sum(flags)} of {len(flags)} "
-            f"cases ({_pct(share)}; rule: > {_pct(GENERALLY)})"]))
+        evidence = [f"weight pruning {name} than channel pruning in {sum(flags)} of "
+                    f"{len(flags)} decided cases ({_pct(share)}; rule: > {_pct(GENERALLY)})"]
+        if name == "faster":
+            evidence.append(ties_line(len(results), ties))
+        parts.append(Part(f"weight pruning {name}", _status(share > GENERALLY), evidence))
     parts[-1].evidence += [
         f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup:.2f}x, "
         f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup:.2f}x, "
@@ -413,26 +427,38 @@ def obs_6(a: Analysis, paper: Paper | None) -> list[Part]:
 
 def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Iterable[str],
                  want: str) -> Part:
-    cases = []
+    cases: list[tuple[str, Point, list[Point]]] = []
     for group, models in a.cells.items():
         if group.device != device or (tuned is not None and group.tuned != tuned):
             continue
         for model, cells in models.items():
             for comp in compressions:
                 families = {p.family for (c, _), p in cells.items() if c == comp}
-                best = fastest_algorithm(cells, comp)
-                if best is None or want not in families or len(families) < 2:
+                if want not in families or len(families) < 2:
                     continue
-                cases.append((f"{group.label} {model} {short(comp)}", best))
+                best, ties = decided_fastest(p for (c, _), p in cells.items() if c == comp)
+                if best is None:
+                    continue
+                # a tie with another algorithm of the same family decides nothing here
+                rivals = [p for p in ties if p.family != best.family]
+                cases.append((f"{group.label} {model} {short(comp)}", best, rivals))
     name = f"{want} fastest on {device.upper()}"
     if not cases:
         return Part(name, NOT_MEASURED, [f"needs {want} and another algorithm measured on a "
                                          f"{'tuned ' if tuned else ''}{device.upper()}"])
-    flags = [p.family == want for _, p in cases]
+    decided = [(label, p) for label, p, rivals in cases if not rivals]
+    ties = len(cases) - len(decided)
+    lines = [ties_line(len(cases), ties), *(
+        f"{label}: {p.algorithm}" + (f" (ties with {', '.join(r.algorithm for r in rivals)})"
+                                     if rivals else "") for label, p, rivals in cases)]
+    if not decided:
+        return Part(name, NOT_MEASURED, ["every fastest algorithm ties with another "
+                                         "family within noise", *lines])
+    flags = [p.family == want for _, p in decided]
     share = _share(flags)
     return Part(name, _status(share > GENERALLY), [
-        f"{want} fastest in {sum(flags)} of {len(flags)} cases ({_pct(share)}; rule: > "
-        f"{_pct(GENERALLY)})", *(f"{label}: {p.algorithm}" for label, p in cases)])
+        f"{want} decidedly fastest in {sum(flags)} of {len(flags)} decided cases "
+        f"({_pct(share)}; rule: > {_pct(GENERALLY)})", *lines])
 
 
 def obs_7(a: Analysis) -> list[Part]:
@@ -486,6 +512,7 @@ def obs_11(a: Analysis) -> list[Part]:
         f"tuned over untuned: geometric-mean speedup {gm:.2f}x over {len(pairs)} points "
         f"(rule: >= {DRAMATIC}x)"])
     changes, compared = [], 0
+    compared_changes = tied_changes = 0
     by_setting: dict[tuple, dict[bool, Cells]] = defaultdict(dict)
     for group, models in a.cells.items():
         for model, cells in models.items():
@@ -496,19 +523,32 @@ def obs_11(a: Analysis) -> list[Part]:
         compared += 1
         u, t = both[False], both[True]
         for comp in {c for c, _ in u} & {c for c, _ in t}:
-            bu, bt = fastest_algorithm(u, comp), fastest_algorithm(t, comp)
+            bu, tu = decided_fastest(p for (c, _), p in u.items() if c == comp)
+            bt, tt = decided_fastest(p for (c, _), p in t.items() if c == comp)
             if bu and bt and bu.algorithm != bt.algorithm:
+                compared_changes += 1
+                if tu or tt:  # a fastest that ties with others is no change of choice
+                    tied_changes += 1
+                    continue
                 changes.append(f"{platform} {model} {short(comp)}: fastest algorithm "
                                f"{bu.algorithm} untuned, {bt.algorithm} tuned")
-        ou, ot = overall_fastest(u), overall_fastest(t)
+        ou, tu = decided_fastest(u.values())
+        ot, tt = decided_fastest(t.values())
         if ou and ot and (ou.compression, ou.algorithm) != (ot.compression, ot.algorithm):
+            compared_changes += 1
+            if tu or tt:
+                tied_changes += 1
+                continue
             changes.append(f"{platform} {model}: fastest combination "
                            f"{short(ou.compression)}+{ou.algorithm} untuned, "
                            f"{short(ot.compression)}+{ot.algorithm} tuned")
+    lines = (changes or [f"no decided change of fastest algorithm or combination in "
+                         f"{compared} models"]) + [
+        f"{tied_changes} of {compared_changes} apparent change(s) were ties within noise "
+        "(the fastest tied with another choice) and count as no change"]
     change = Part("tuning changes the best choice",
                   _status(bool(changes)) if compared else NOT_MEASURED,
-                  (changes or [f"no change of fastest algorithm or combination in {compared} "
-                               "models"]) if compared else ["needs models tuned and untuned"])
+                  lines if compared else ["needs models tuned and untuned"])
     return [accel, change]
 
 
@@ -533,22 +573,25 @@ def obs_12(a: Analysis) -> list[Part]:
 def obs_13(a: Analysis) -> list[Part]:
     parts = []
     for device in ("cpu", "gpu"):
-        times: dict[str, dict[tuple, float]] = defaultdict(dict)
+        times: dict[str, dict[tuple, Point]] = defaultdict(dict)
         for p in a.points:
             if p.device == device and p.latency_ms is not None:
                 key = (p.dataset, p.model_label, p.compression, p.algorithm, p.tuning)
-                times[p.platform][key] = p.latency_ms
+                times[p.platform][key] = p
         lines, flags = [], []
         for x, y in itertools.combinations(sorted(times), 2):
             common = times[x].keys() & times[y].keys()
             if not common:
                 continue
-            x_faster = sum(1 for k in common if times[x][k] < times[y][k])
-            share = x_faster / len(common)
-            faster, n = (x, x_faster) if share >= 0.5 else (y, len(common) - x_faster)
-            flags.append(max(share, 1 - share) >= CONSISTENTLY)
-            lines.append(f"{faster} faster in {n} of {len(common)} matched points "
-                         f"({x} vs {y})")
+            verdicts = [faster(times[x][k], times[y][k]) for k in common]
+            x_faster = sum(v is True for v in verdicts)
+            y_faster = sum(v is False for v in verdicts)
+            share = max(x_faster, y_faster) / len(common)
+            winner, n = (x, x_faster) if x_faster >= y_faster else (y, y_faster)
+            flags.append(share >= CONSISTENTLY)
+            lines.append(f"{winner} decidedly faster in {n} of {len(common)} matched points "
+                         f"({x} vs {y}; ties count for neither)")
+            lines.append(ties_line(len(common), len(common) - x_faster - y_faster))
         name = f"one {device.upper()} generally faster than another"
         if not flags:
             parts.append(Part(name, NOT_MEASURED,

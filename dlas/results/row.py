@@ -93,8 +93,11 @@ class ResultRow(BaseModel):
     timing_key: str | None = None
     #: Timing runs of this entry (the sweep's, then one per `dlas run --remeasure`).
     timing_runs: int | None = None
-    #: Rounds the figures resample.
+    #: Rounds (chunks of this variant) the figures resample.
     timing_rounds: int | None = None
+    #: Chunks in `placement` left out as disturbed: slower than 1.10x the lower quartile
+    #: of the variant's chunk medians (dlas.results.timing).
+    disturbed_chunks: int | None = None
     #: Spread of the runs: largest over smallest per-run median in `placement`, minus 1.
     run_spread: float | None = None
     #: 1 when rounds taken on a busy machine had to be kept, or the confidence interval

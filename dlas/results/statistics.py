@@ -2,14 +2,16 @@
 intervals and the verdict of a comparison. The console, `dlas results`, the report and its
 observation rules all read what this module computes, so they cannot disagree.
 
-Why a hierarchical bootstrap: samples taken back to back are not independent. What
-varies between chunks of samples (the vCPUs' placement, the frequency, what the cache
-holds) and between whole timing runs moves many samples at once, so a CI built from the
-samples of one run as if they were independent is far too narrow (Kalibera & Jones,
-"Rigorous benchmarking in reasonable time", ISMM 2013: repeat at every level that varies
-and build the interval over those levels). Samples are therefore kept in groups, one per
-round of the interleaved sampler (`dlas.measure.rounds`), tagged with their timing run;
-the bootstrap resamples runs, then rounds within a run, then samples within a round.
+Why a cluster bootstrap: samples taken back to back are not independent. What varies
+between chunks of samples (the vCPUs' placement, the frequency, what the cache holds)
+and between whole timing runs moves many samples at once, so a CI built from the samples
+of one run as if they were independent is far too narrow (Kalibera & Jones, "Rigorous
+benchmarking in reasonable time", ISMM 2013: repeat at every level that varies and build
+the interval over those levels). Samples are therefore kept in groups, one per round of
+the interleaved sampler (`dlas.measure.rounds`), tagged with their timing run. The
+bootstrap resamples whole rounds (the variation inside a round is carried by the round
+as it is), within each run; with three or more runs it resamples the runs too, so the
+interval also covers how runs differ.
 
 Comparisons of two variants timed in the same rounds are paired by round: both resample
 the same rounds, so a drift that hits a round hits both sides of the ratio (the point of
@@ -93,49 +95,67 @@ class Interval:
         return self.low <= value <= self.high
 
 
-def _nest(groups: Mapping[GroupKey, Sequence[float]]) -> list[list[np.ndarray]]:
-    """Groups as runs -> rounds -> samples, empty rounds dropped."""
-    runs: dict[str, list[np.ndarray]] = {}
-    for (run, _), samples in sorted(groups.items()):
-        if len(samples):
-            runs.setdefault(run, []).append(np.asarray(samples, dtype=np.float64))
-    return [rounds for rounds in runs.values() if rounds]
+class _Nested:
+    """Grouped samples laid out for vectorised resampling: one row per round (padded
+    with NaN), and which rows belong to which run."""
 
+    def __init__(self, groups: Mapping[GroupKey, Sequence[float]]) -> None:
+        runs: dict[str, list[np.ndarray]] = {}
+        for (run, _), samples in sorted(groups.items()):
+            if len(samples):
+                runs.setdefault(run, []).append(np.asarray(samples, dtype=np.float64))
+        self.run_sizes = [len(rounds) for rounds in runs.values()]
+        rows = [r for rounds in runs.values() for r in rounds]
+        width = max((r.size for r in rows), default=0)
+        self.matrix = np.full((len(rows), width), np.nan)
+        for i, r in enumerate(rows):
+            self.matrix[i, : r.size] = r
+        self.offsets = np.cumsum([0, *self.run_sizes[:-1]]).astype(int)
+        self.uniform = all(r.size == width for r in rows)
 
-def _resample_pooled(nested: list[list[np.ndarray]], rng: np.random.Generator,
-                     picks: list[tuple[int, list[int]]] | None = None
-                     ) -> tuple[np.ndarray, list[tuple[int, list[int]]]]:
-    """One hierarchical resample: runs, rounds within each, samples within each round.
-    `picks` (runs and rounds chosen) can be given to pair two resamples by round."""
-    if picks is None:
-        picks = []
-        for run_i in rng.integers(0, len(nested), len(nested)):
-            rounds = nested[int(run_i)]
-            picks.append((int(run_i), [int(r) for r in rng.integers(0, len(rounds),
-                                                                   len(rounds))]))
-    parts = []
-    for run_i, round_ids in picks:
-        for r in round_ids:
-            samples = nested[run_i][r]
-            parts.append(samples[rng.integers(0, samples.size, samples.size)])
-    return np.concatenate(parts), picks
+    @property
+    def runs(self) -> int:
+        return len(self.run_sizes)
+
+    @property
+    def rounds(self) -> int:
+        return int(self.matrix.shape[0])
+
+    def picks(self, rng: np.random.Generator, resamples: int) -> np.ndarray | list[np.ndarray]:
+        """Row indices of each resample: rounds with replacement within each run; with
+        three or more runs, the runs with replacement first (then a list of arrays, as
+        resamples differ in length)."""
+        if self.runs < 3:
+            parts = [rng.integers(0, n, size=(resamples, n)) + off
+                     for n, off in zip(self.run_sizes, self.offsets, strict=True)]
+            return np.concatenate(parts, axis=1)
+        out = []
+        for _ in range(resamples):
+            chosen = rng.integers(0, self.runs, self.runs)
+            out.append(np.concatenate([rng.integers(0, self.run_sizes[r], self.run_sizes[r])
+                                       + self.offsets[r] for r in chosen]))
+        return out
+
+    def medians(self, picks: np.ndarray | list[np.ndarray]) -> np.ndarray:
+        """The pooled median of each resample's rounds."""
+        if isinstance(picks, np.ndarray):
+            taken = self.matrix[picks].reshape(picks.shape[0], -1)
+            return np.median(taken, axis=1) if self.uniform else np.nanmedian(taken, axis=1)
+        return np.array([np.nanmedian(self.matrix[p]) for p in picks])
 
 
 def median_ci(groups: Mapping[GroupKey, Sequence[float]], *, confidence: float = CONFIDENCE,
               resamples: int = RESAMPLES, seed: int = SEED) -> Interval:
     """Percentile-bootstrap interval of the pooled median of grouped samples."""
-    nested = _nest(groups)
-    if not nested:
+    nested = _Nested(groups)
+    if nested.rounds == 0:
         raise ValueError("no samples for a confidence interval")
     rng = np.random.default_rng(seed)
-    medians = np.empty(resamples)
-    for i in range(resamples):
-        pooled, _ = _resample_pooled(nested, rng)
-        medians[i] = np.median(pooled)
+    medians = nested.medians(nested.picks(rng, resamples))
     alpha = (1.0 - confidence) / 2.0
     low, high = np.quantile(medians, [alpha, 1.0 - alpha])
-    return Interval(float(low), float(high), confidence, runs=len(nested),
-                    rounds=sum(len(r) for r in nested))
+    return Interval(float(low), float(high), confidence, runs=nested.runs,
+                    rounds=nested.rounds)
 
 
 def pooled(groups: Mapping[GroupKey, Sequence[float]]) -> list[float]:
@@ -186,18 +206,16 @@ def compare(a: Mapping[GroupKey, Sequence[float]], b: Mapping[GroupKey, Sequence
     shared = sorted(set(a) & set(b))
     paired = bool(shared)
     if paired:
-        a = {k: a[k] for k in shared}
-        b = {k: b[k] for k in shared}
-    na, nb = _nest(a), _nest(b)
-    if not na or not nb:
+        a = {k: a[k] for k in shared if len(a[k]) and len(b[k])}
+        b = {k: b[k] for k in a}
+    na, nb = _Nested(a), _Nested(b)
+    if na.rounds == 0 or nb.rounds == 0:
         raise ValueError("both sides need samples to be compared")
     ratio = float(np.median(pooled(b)) / np.median(pooled(a)))
     rng = np.random.default_rng(seed)
-    ratios = np.empty(resamples)
-    for i in range(resamples):
-        pa, picks = _resample_pooled(na, rng)
-        pb, _ = _resample_pooled(nb, rng, picks if paired else None)
-        ratios[i] = np.median(pb) / np.median(pa)
+    picks_a = na.picks(rng, resamples)
+    picks_b = picks_a if paired else nb.picks(rng, resamples)
+    ratios = nb.medians(picks_b) / na.medians(picks_a)
     alpha = (1.0 - confidence) / 2.0
     low, high = (float(q) for q in np.quantile(ratios, [alpha, 1.0 - alpha]))
     verdict = "a_faster" if low > 1.0 else "b_faster" if high < 1.0 else "tie"

@@ -301,8 +301,14 @@ class StageExecutor:
             with self.console.timing(title or group_title(first),
                                      [m.label for m in members],
                                      request.policy.min_rounds) as on_round:
-                got: list[MemberResult] = time_group(
-                    request, WorkerEvents(note=self.console.note, round=on_round))
+                try:
+                    got: list[MemberResult] = time_group(
+                        request, WorkerEvents(note=self.console.note, round=on_round))
+                except (KeyboardInterrupt, StageFailed):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - every member fails, the sweep goes on
+                    got = [MemberResult(error=f"{type(exc).__name__}: {exc}",
+                                        traceback=traceback.format_exc()) for _ in members]
             elapsed = time.perf_counter() - start
             for (_, _, stage, key), (ctx, meta), result in zip(entries, writers, got,
                                                                        strict=True):

@@ -185,19 +185,6 @@ class Runner:
         return finish_row(state.row, point, state.trained, state.compressed, state.imported,
                           state.compiled, outcome, history, state.keys[stage])
 
-    def run_point(self, point: Point, sweep: str, store: ResultStore) -> ResultRow:
-        """One point through every stage (its timing a group of one)."""
-        state = _Pending(0, point, stage_keys(point), new_row(point, sweep), {})
-        if point.blocked:
-            return state.row.update(status="not_runnable", error=point.blocked)
-        done = self._prepare(state)
-        if done is not None:
-            return done
-        outcome = self.executor.timings([(point, state.keys)], group_title(point))[0]
-        if isinstance(outcome, EntryBusy):
-            raise outcome
-        return self._finish(state, store, outcome)
-
     # -- the sweep --------------------------------------------------------------------
 
     def run(self, config: SweepConfig, *, fail_fast: bool = False,

@@ -161,6 +161,7 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
                 say=lambda text: emit(event="note", text=text),
                 on_round=lambda i, state, rt: emit(event="round", i=i, placement=state,
                                                    rt_ns=rt),
+                on_chunk=lambda label: emit(event="subject", label=label),
                 seed=request.seed)
             outcome = sampler.run()
             for text in outcome.notes:

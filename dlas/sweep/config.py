@@ -58,7 +58,7 @@ class Budgets(BaseModel):
                               "variants of its model; measure_repeat samples are spread over "
                               "them, and the confidence interval resamples them")
     placement_wait_s: float = Field(
-        60.0, ge=0, description="seconds a timing group may keep taking rounds for the vCPUs "
+        30.0, ge=0, description="seconds a timing group may keep taking rounds for the vCPUs "
                                 "to move to near placement (docs/timing.md); after that the "
                                 "placement with most rounds is used and recorded")
     noise_retries: int = Field(

@@ -69,3 +69,33 @@ double dlas_pingpong_ns(int cpu_a, int cpu_b, long iters) {
   pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)iters;
 }
+
+/* Compute speed on two CPUs at once: each of two threads, pinned to cpu_a and cpu_b,
+ * runs a dependent multiply-add chain of `iters` steps; the result is the slower
+ * thread's nanoseconds. A vCPU whose physical core is shared with another guest's busy
+ * thread (or was preempted) runs it slower; the ping-pong cannot see that. */
+struct worker { int cpu; long iters; double ns; unsigned long sink; };
+
+static void *work_main(void *arg) {
+  struct worker *w = arg;
+  if (!pin(w->cpu)) { w->ns = -1.0; return 0; }
+  unsigned long x = 88172645463325252UL;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (long i = 0; i < w->iters; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  w->sink = x;
+  w->ns = (b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec);
+  return 0;
+}
+
+double dlas_work_ns(int cpu_a, int cpu_b, long iters) {
+  struct worker wa = {cpu_a, iters, 0, 0}, wb = {cpu_b, iters, 0, 0};
+  pthread_t ta, tb;
+  if (pthread_create(&ta, 0, work_main, &wa) != 0) return -2.0;
+  if (pthread_create(&tb, 0, work_main, &wb) != 0) { pthread_join(ta, 0); return -2.0; }
+  pthread_join(ta, 0);
+  pthread_join(tb, 0);
+  if (wa.ns < 0 || wb.ns < 0) return -1.0;
+  return wa.ns > wb.ns ? wa.ns : wb.ns;
+}

@@ -1,0 +1,104 @@
+"""'A is faster than B', decided with confidence: the report's one way to compare two
+timed points (`dlas.results.statistics.compare` over their timing histories).
+
+- Only within one vCPU placement (`dlas.measure.placement.comparable`): the preferred
+  placement both points have undisturbed rounds in. A pair with none in common is
+  "incomparable", which counts as a tie.
+- Paired by round when the two were timed in the same rounds (the variants of one model,
+  interleaved by the timing worker), so a drift that hit a round hits both.
+- A tie is a verdict, not a failure: "faster" holds only when the ratio's 95% interval
+  excludes 1.
+- Rows written before timing histories existed have no rounds: they compare by their
+  stored intervals (faster only when the intervals separate), or, with no interval at
+  all, by their medians (said so in `Comparison.placement`: "medians only").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dlas.measure.placement import PREFERENCE, SINGLE, comparable
+from dlas.report.data import Point
+from dlas.results.statistics import Comparison, GroupKey, compare
+from dlas.results.timing import groups, usable_runs
+
+#: Resamples per comparison (the report makes hundreds; 1000 gives a stable 95% interval).
+RESAMPLES = 1000
+
+
+def _groups(p: Point, placement: str) -> dict[GroupKey, list[float]]:
+    runs, loaded = usable_runs(p.runs)
+    return groups(runs, placement, allow_loaded=loaded)
+
+
+def _placements(p: Point) -> list[str]:
+    """The placements `p` has undisturbed rounds in, preferred first."""
+    return [s for s in PREFERENCE if _groups(p, s)]
+
+
+def common_placement(pa: list[str], pb: list[str]) -> tuple[str, str] | None:
+    """The placements to compare two points in: the preferred one both have; a point
+    timed on one CPU compares with the other's preferred placement."""
+    if SINGLE in pa or SINGLE in pb:
+        sa = SINGLE if SINGLE in pa else (pa[0] if pa else None)
+        sb = SINGLE if SINGLE in pb else (pb[0] if pb else None)
+        return (sa, sb) if sa and sb and comparable(sa, sb) else None
+    common = [s for s in PREFERENCE if s in pa and s in pb]
+    return (common[0], common[0]) if common else None
+
+
+_cache: dict[tuple[str, float, str, float], Comparison] = {}
+
+
+def compare_points(a: Point, b: Point) -> Comparison:
+    """median(b) / median(a) with its interval and verdict (see the module doc)."""
+    key = (a.key, a.updated_at, b.key, b.updated_at)
+    if key not in _cache:
+        _cache[key] = _compare(a, b)
+    return _cache[key]
+
+
+def _compare(a: Point, b: Point) -> Comparison:
+    if a.latency_ms is None or b.latency_ms is None:
+        raise ValueError("both points need a timing to be compared")
+    if a.runs and b.runs:
+        pick = common_placement(_placements(a), _placements(b))
+        if pick is None:
+            return Comparison(b.latency_ms / a.latency_ms, None, None, "incomparable")
+        sa, sb = pick
+        return compare(_groups(a, sa), _groups(b, sb), resamples=RESAMPLES,
+                       placement=sa if sa == sb else f"{sa}/{sb}")
+    ratio = b.latency_ms / a.latency_ms
+    lo_a, hi_a = a.latency_ci_low_ms, a.latency_ci_high_ms
+    lo_b, hi_b = b.latency_ci_low_ms, b.latency_ci_high_ms
+    if None not in (lo_a, hi_a, lo_b, hi_b):
+        assert lo_a is not None and hi_a is not None and lo_b is not None and hi_b is not None
+        low, high = lo_b / hi_a, hi_b / lo_a
+        verdict = "a_faster" if lo_b > hi_a else "b_faster" if hi_b < lo_a else "tie"
+        return Comparison(ratio, low, high, verdict, False, "intervals only")
+    verdict = "a_faster" if ratio > 1 else "b_faster" if ratio < 1 else "tie"
+    return Comparison(ratio, ratio, ratio, verdict, False, "medians only")
+
+
+def faster(a: Point, b: Point) -> bool | None:
+    """True when `a` is decidedly faster than `b`, False when decidedly slower, None for
+    a tie within noise (or an incomparable pair)."""
+    c = compare_points(a, b)
+    return True if c.verdict == "a_faster" else False if c.verdict == "b_faster" else None
+
+
+def decided_fastest(candidates: Iterable[Point]) -> tuple[Point | None, list[Point]]:
+    """(The fastest point, the others it ties with). The fastest by median is compared
+    with each other candidate; those it is not decidedly faster than tie with it."""
+    points = [p for p in candidates if p.latency_ms is not None]
+    if not points:
+        return None, []
+    best = min(points, key=lambda p: (p.latency_ms, p.compression, p.algorithm))
+    ties = [p for p in points if p is not best and faster(best, p) is not True]
+    return best, ties
+
+
+def ties_line(compared: int, ties: int) -> str:
+    """How many of an observation's comparisons were ties (said by every rule)."""
+    return (f"{ties} of {compared} comparison(s) were ties within noise (95% intervals; "
+            "a tie decides nothing)")
