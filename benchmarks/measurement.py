@@ -33,6 +33,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -69,7 +70,26 @@ def sweep_run_ids(db: Path) -> set[str]:
             "SELECT run_id FROM timing_runs WHERE source = 'sweep'")}
 
 
-def figures_by_run(db: Path, ids: set[str], ci_threshold: float = 0.05
+def timing_groups(config: str) -> int:
+    from dlas import registry
+    from dlas.runner.timing import group_key
+    from dlas.sweep.config import load_config
+    from dlas.sweep.grid import expand
+
+    registry.load_plugins()
+    return len({group_key(p) for p in expand(load_config(config)) if not p.blocked})
+
+
+def remeasure_run_ids(db: Path, since: float) -> list[str]:
+    from dlas.results.store import ResultStore
+
+    with ResultStore(db) as store:
+        return [r["run_id"] for r in store.conn.execute(
+            "SELECT run_id, MIN(started_at) AS at FROM timing_runs WHERE source = "
+            "'remeasure' AND started_at >= ? GROUP BY run_id ORDER BY at", (since,))]
+
+
+def figures_by_run(db: Path, ids: set[str], ci_threshold: float = 0.10
                    ) -> dict[str, dict[str, dict[str, Any]]]:
     """point label -> run id -> this run's own figures (`latency_columns` of it alone)."""
     from dlas.results.store import ResultStore
@@ -177,7 +197,7 @@ def peer_main(args: argparse.Namespace) -> None:
             continue
         inputs = Inputs(stage, lambda s, p=point, k=keys: ex.output(p, k, s),
                         lambda s, p=point, k=keys: ex.facts(p, k, s))
-        subject = stage.subject(point, inputs, context, Path(f"/tmp/dlas-peer-{os.getpid()}"))
+        subject = stage.subject(point, inputs, context, Path(tempfile.mkdtemp()))
         if isinstance(subject, MeasureFacts):
             continue
         subject.x = inputs[IMPORT].inputs[:1]
@@ -194,7 +214,6 @@ def peer_main(args: argparse.Namespace) -> None:
 
 
 def peer_run(args: argparse.Namespace, train_first: bool) -> dict[str, dict[str, Any]]:
-    Path(f"/tmp/dlas-peer-{os.getpid()}").mkdir(exist_ok=True)
     cmd = [sys.executable, __file__, "peer", "--workspace", str(args.workspace),
            "--config", args.config, *(["--train-first"] if train_first else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
@@ -230,6 +249,10 @@ def main() -> None:
     parser.add_argument("--peer-runs", type=int, default=3)
     parser.add_argument("--skip-sweep", action="store_true",
                         help="the workspace already holds the sweep")
+    parser.add_argument("--since", type=float, default=None,
+                        help="analyse only: the remeasure runs started after this Unix time "
+                             "(the first --runs of them idle, the rest with the hog) instead "
+                             "of taking new ones; the peer is still run")
     args = parser.parse_args()
     if args.command == "peer":
         peer_main(args)
@@ -242,6 +265,13 @@ def main() -> None:
         dlas("run", args.config, *ws)
     sweep_ids = sweep_run_ids(db)  # the sweep's own timing runs (timed inside the sweep)
     alone: list[str] = []
+    if args.since is not None:
+        args.skip_sweep = True
+        ordered = remeasure_run_ids(db, args.since)
+        per_run = timing_groups(args.config)  # one run id per model's timing group
+        alone = ordered[: per_run * args.runs]
+        hog_ids_given = ordered[per_run * args.runs:]
+        args.runs, args.hog_runs = 0, 0
     for _ in range(args.runs):
         before = run_ids(db)
         dlas("run", args.config, *ws, "--remeasure")
@@ -258,6 +288,8 @@ def main() -> None:
         finally:
             hog.kill()
             hog.wait()
+    if args.since is not None:
+        hog_ids = hog_ids_given
     peers = {"fresh": [peer_run(args, False) for _ in range(args.peer_runs)],
              "after training": [peer_run(args, True) for _ in range(args.peer_runs)]}
 

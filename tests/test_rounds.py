@@ -174,9 +174,6 @@ def test_a_slow_subject_takes_shorter_chunks_and_more_rounds() -> None:
     assert sum(len(r.samples_ms) for r in out.runs["a"].rounds) == 21
 
 
-@pytest.mark.xfail(strict=True, reason="RoundSampler.run starts the placement-budget clock "
-                   "when the target placement itself has min_rounds but not yet `samples` "
-                   "samples, and stops when it runs out: short of samples")
 def test_samples_are_reached_in_the_target_placement_whatever_the_placement_budget() -> None:
     """The placement budget is for waiting for the vCPUs to *move* to the target
     placement; a run already in it (here single: nothing can move) keeps taking rounds
@@ -270,6 +267,21 @@ def test_max_rounds_bounds_a_machine_that_never_settles() -> None:
     s, log, _ = sampler(["a", "b"], policy, placement=probe_by_read([], then=FAR))
     out = s.run()
     assert len(log) == 14 and out.placement == FAR and out.notes == []
+
+
+def test_rounds_that_never_settle_stop_at_the_placement_budget() -> None:
+    """Erratic readings forever with a 2 s placement budget: the sampler stops at the
+    first round end 2 s after it had min_rounds rounds (well before max_rounds)."""
+    policy = RoundsPolicy(samples=4, min_rounds=2, max_rounds=60, placement_budget_s=2.0)
+    ends: list[float] = []
+    clock = FakeClock()
+    s, _, _ = sampler(["a", "b"], policy, clock=clock, per_sample_s=0.1,
+                      placement=probe_by_read([], then=ERRATIC),
+                      on_round=lambda i, st, rt: ends.append(clock.now))
+    out = s.run()
+    since = ends[policy.min_rounds - 1]
+    assert ends[-1] - since >= 2.0 > ends[-2] - since
+    assert policy.min_rounds < len(ends) < policy.max_rounds and out.notes
 
 
 # -- load --------------------------------------------------------------------------------------

@@ -88,8 +88,8 @@ def test_interval_widens_when_rounds_disagree() -> None:
     disagree = rounds_of(np.random.default_rng(7), between=0.2, within=0.05)
     narrow, wide = median_ci(agree), median_ci(disagree)
     assert wide.width > 3 * narrow.width
-    # and a flat pooled-sample bootstrap would have been far narrower than the truth:
-    # 150 samples' standard error of the median is ~0.02, the rounds' spread ~0.2/sqrt(10)
+    # the 150 samples taken as independent would give a width of about 0.08 (1.25 x 0.21 /
+    # sqrt(150) standard error); the rounds' own spread (0.2 / sqrt(10)) must show
     assert wide.width > 0.1
 
 
@@ -114,14 +114,15 @@ def test_interval_counts_runs_and_rounds_and_drops_empty_rounds() -> None:
 
 
 def test_interval_resamples_whole_runs() -> None:
-    """Two runs that disagree (1.0 vs 1.3 ms) give an interval spanning most of the gap:
-    the run level varies and is resampled; two runs that agree do not."""
+    """Three runs that disagree (1.0, 1.15 and 1.3 ms) give an interval spanning most of
+    the gap: the run level varies and is resampled; three runs that agree do not."""
     rng = np.random.default_rng(5)
-    apart = {**rounds_of(rng, run="a", center=1.0, within=0.02),
-             **rounds_of(rng, run="b", center=1.3, within=0.02)}
-    together = {**rounds_of(rng, run="a", center=1.0, within=0.02),
-                **rounds_of(rng, run="b", center=1.0, within=0.02)}
+    apart = {k: v for run, c in (("a", 1.0), ("b", 1.15), ("c", 1.3))
+             for k, v in rounds_of(rng, run=run, center=c, within=0.02).items()}
+    together = {k: v for run in "abc"
+                for k, v in rounds_of(rng, run=run, center=1.0, within=0.02).items()}
     wide, narrow = median_ci(apart), median_ci(together)
+    assert (wide.runs, wide.rounds) == (3, 30)
     assert wide.low < 1.05 and wide.high > 1.25
     assert narrow.width < 0.05
 
@@ -214,12 +215,11 @@ def test_compare_refuses_empty_sides() -> None:
         compare({("run", 0): []}, {("run", 0): []})
 
 
-@pytest.mark.xfail(strict=True, reason="compare pairs rounds by position after dropping "
-                   "empty ones per side: a round empty on one side shifts the pairing")
 def test_pairing_survives_a_round_empty_on_one_side() -> None:
     """Each shared round has b = 1.1 x a exactly, so a correct pairing gives the ratio
     1.1 in every resample. A round that is empty in a (a chunk that returned no samples)
-    must be left out on both sides, not shift a's rounds against b's."""
+    must be left out on both sides, not shift a's rounds against b's. (A regression test:
+    an earlier version paired rounds by position after dropping empty ones per side.)"""
     a: Groups = {("run", 0): [], ("run", 1): [1.0] * 5, ("run", 2): [2.0] * 5}
     b: Groups = {("run", 0): [10.0] * 5, ("run", 1): [1.1] * 5, ("run", 2): [2.2] * 5}
     c = compare(a, b)

@@ -316,6 +316,8 @@ class RoundSampler:
             if everyone(target, counts) and all(samples[label][target] >= policy.samples
                                                 for label in labels):
                 break  # enough in the best placement there is
+            if everyone(target, counts):
+                continue  # in the target placement already: keep going for its samples
             # enough somewhere else (or, once waiting for quiet is over, enough at all):
             # wait for the target placement for the placement budget
             now = self.clock()

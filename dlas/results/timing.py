@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from dlas.measure.placement import PREFERENCE
+from dlas.measure.placement import ERRATIC, PREFERENCE
 from dlas.measure.record import TimingRound, TimingRun
 from dlas.results.statistics import GroupKey, median_ci, pooled, summarize
 
@@ -94,7 +94,8 @@ def placement_counts(runs: Sequence[TimingRun], allow_loaded: bool) -> Counter[s
     counts: Counter[str] = Counter()
     for run in runs:
         for r in run.rounds:
-            if r.placement in PREFERENCE and (allow_loaded or not r.loaded):
+            if r.placement in PREFERENCE and r.placement != ERRATIC \
+                    and (allow_loaded or not r.loaded):
                 counts[r.placement] += 1
     return counts
 
@@ -174,11 +175,12 @@ def latency_columns(runs: Sequence[TimingRun], ci_threshold: float) -> dict[str,
                        f"busy (up to {max(others, default=0):.2f} cores); retry budget spent")
     if rel > ci_threshold:
         reasons.append(f"95% CI {rel:.0%} of the median > {ci_threshold:.0%}")
-    if placement not in PREFERENCE:
+    if placement not in PREFERENCE or placement == ERRATIC:
         reasons.append(f"no round had a steady placement ({placement})")
-    if kept and disturbed > len(kept):
+    if kept and disturbed > 2 * len(kept):
         reasons.append(f"{disturbed} of {disturbed + len(kept)} chunks disturbed (slower "
-                       f"than {DISTURBED:.2f}x the variant's lower quartile)")
+                       f"than {DISTURBED:.2f}x the variant's lower quartile): fewer than a "
+                       "third are left")
     return {
         "latency_median_ms": summary.median,
         "latency_ci_low_ms": ci.low,

@@ -49,7 +49,7 @@ class Budgets(BaseModel):
     seed: int = Field(0, ge=0, lt=2**32, description="seed for data splits, init and "
                                                      "training (numpy takes 0 .. 2**32-1)")
     ci_threshold: float = Field(
-        0.05, ge=0, description="flag a point noisy when its median's 95% confidence "
+        0.10, ge=0, description="flag a point noisy when its median's 95% confidence "
                                 "interval is wider than this fraction of the median; read "
                                 "when the row is written, so no stage is recomputed when it "
                                 "changes")
@@ -76,7 +76,7 @@ class Budgets(BaseModel):
             raise ValueError(
                 "budgets.cv_threshold is gone: the noise flag now reads the median's "
                 "confidence interval; use ci_threshold (the widest interval allowed, as a "
-                "fraction of the median, default 0.05)")
+                "fraction of the median, default 0.10)")
         return data
 
 
