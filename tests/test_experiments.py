@@ -32,7 +32,7 @@ def test_every_paper_study_has_a_definition_with_quick_and_full() -> None:
         assert set(exp.profiles) == {"quick", "full"}
         assert exp.sweep_names == [f"{name}-full", f"{name}-quick"]
         full = exp.profile("full").sweep["budgets"]
-        assert full.measure_repeat == 150 and full.tuning_trials == 20000
+        assert full["measure_repeat"] == 150 and full["tuning_trials"] == 20000
         assert full["finetune_epochs"] == (210 if exp.dataset == "cifar10" else 140)
         assert full["epochs"] == (200 if exp.dataset == "cifar10" else 0)  # ImageNet: pretrained
 

@@ -119,3 +119,17 @@ def test_evaluate_restores_mode(digits: DatasetBundle) -> None:
     accuracy = evaluate(model, digits.test)
     assert 0.0 <= accuracy <= 1.0
     assert model.training
+
+
+def test_channels_last_is_refused_where_onednn_corrupts_the_heap() -> None:
+    """A strided 1x1 conv whose input channels are not a multiple of 16 trains in NCHW
+    (oneDNN's AVX-512 kernel crashed there; the rule holds on every CPU alike)."""
+    from dlas.models.training import channels_last_safe
+
+    assert not channels_last_safe(torch.nn.Conv2d(8, 16, 1, stride=2))
+    assert not channels_last_safe(torch.nn.Conv2d(12, 24, 1, stride=2))
+    assert channels_last_safe(torch.nn.Conv2d(16, 32, 1, stride=2))
+    assert channels_last_safe(torch.nn.Conv2d(8, 16, 1, stride=1))
+    assert channels_last_safe(torch.nn.Conv2d(8, 16, 3, stride=2))
+    assert not channels_last_safe(resnet18(width_multiplier=0.125))  # the crashing model
+    assert channels_last_safe(resnet18(width_multiplier=0.5))  # the quickstart's
