@@ -16,8 +16,11 @@ from dlas.runner.console import RunConsole
 
 
 def _printed(row: dict) -> str:
+    from dlas.results.row import ResultRow
+
     buffer = io.StringIO()
-    RunConsole(progress=False, console=Console(file=buffer, width=400)).point_end(row)
+    RunConsole(progress=False, console=Console(file=buffer, width=400)).point_end(
+        ResultRow(point_key="k", **row))
     return buffer.getvalue()
 
 

@@ -50,7 +50,7 @@ def test_tuned_point_recorded_then_reused(tmp_path: Path) -> None:
     other = run(tuned_sweep("other"), root, tmp_path / "other-cache")
     assert other.computed["compile"] == 2
     with ResultStore(root / "results.db") as store:
-        reused = [r for r in store.rows() if r.sweep == "other" and r.tasks_reused]
+        reused = [r for r in store.rows(sweep="other") if r.tasks_reused]
     assert reused and reused[0].tuning_trials == 0
     # what the first point tuned, and what its session's scheduler chose not to tune
     booked = [t for t in tuned.tuning_report["per_task"]
