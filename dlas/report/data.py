@@ -323,8 +323,7 @@ def sweep_names(db_path: Path) -> list[str]:
     from dlas.results.store import ResultStore
 
     with ResultStore(db_path) as store:
-        return sorted({str(r["sweep"]) for r in store.conn.execute(
-            "SELECT DISTINCT sweep FROM points") if r["sweep"] is not None})
+        return store.sweeps()
 
 
 def results(points: Iterable[Point]) -> list[Point]:

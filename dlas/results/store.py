@@ -12,15 +12,20 @@ name the runtime, `runtime_info` says how it was set up, compile and tuning time
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from dlas.results.health import DamagedDatabaseError, check_database, is_damage
+
+__all__ = ["COLUMNS", "DamagedDatabaseError", "ResultStore", "latency_columns"]
 
 STATUSES = ("ok", "failed", "verification_failed", "not_runnable")
 
@@ -175,18 +180,39 @@ def latency_columns(samples_ms: Iterable[float], cv_threshold: float,
 
 
 class ResultStore:
+    """The database at `path`, created if absent. A file that is not a readable results
+    database raises `DamagedDatabaseError` before anything is written to it
+    (`dlas.results.health`), and so does damage SQLite finds later."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        check_database(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(self.path)
         self.conn.row_factory = sqlite3.Row
-        cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
-        self.conn.execute(f"CREATE TABLE IF NOT EXISTS points ({cols})")
-        existing = {r["name"] for r in self.conn.execute("PRAGMA table_info(points)")}
-        for name, kind in COLUMNS.items():  # older databases gain new columns
-            if name not in existing:
-                self.conn.execute(f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
-        self.conn.commit()
+        try:
+            with self._guard():
+                cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+                self.conn.execute(f"CREATE TABLE IF NOT EXISTS points ({cols})")
+                existing = {r["name"] for r in self.conn.execute("PRAGMA table_info(points)")}
+                for name, kind in COLUMNS.items():  # older databases gain new columns
+                    if name not in existing:
+                        self.conn.execute(
+                            f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
+                self.conn.commit()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite's word for a damaged file, as `DamagedDatabaseError`."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise DamagedDatabaseError(self.path, f"SQLite cannot read it: {exc}") from exc
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -211,17 +237,25 @@ class ResultStore:
         values["created_at"] = previous["created_at"] if previous else now
         # a row is replaced whole: stale fields from an earlier attempt must not survive
         names = list(values)
-        self.conn.execute(
-            f"INSERT OR REPLACE INTO points ({', '.join(names)}) "
-            f"VALUES ({', '.join('?' for _ in names)})",
-            [values[n] for n in names],
-        )
-        self.conn.commit()
+        with self._guard():
+            self.conn.execute(
+                f"INSERT OR REPLACE INTO points ({', '.join(names)}) "
+                f"VALUES ({', '.join('?' for _ in names)})",
+                [values[n] for n in names],
+            )
+            self.conn.commit()
 
     def get(self, point_key: str) -> dict[str, Any] | None:
-        cur = self.conn.execute("SELECT * FROM points WHERE point_key = ?", (point_key,))
-        row = cur.fetchone()
+        with self._guard():
+            row = self.conn.execute("SELECT * FROM points WHERE point_key = ?",
+                                    (point_key,)).fetchone()
         return self._decode(row) if row else None
+
+    def sweeps(self) -> list[str]:
+        """The sweeps that have rows, sorted."""
+        with self._guard():
+            names = {r["sweep"] for r in self.conn.execute("SELECT DISTINCT sweep FROM points")}
+        return sorted(str(n) for n in names if n is not None)
 
     def rows(self, sweep: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
         query, args = "SELECT * FROM points WHERE 1=1", []
@@ -232,7 +266,8 @@ class ResultStore:
             query += " AND status = ?"
             args.append(status)
         query += " ORDER BY created_at, rowid"
-        return [self._decode(r) for r in self.conn.execute(query, args)]
+        with self._guard():
+            return [self._decode(r) for r in self.conn.execute(query, args).fetchall()]
 
     @staticmethod
     def _decode(row: sqlite3.Row) -> dict[str, Any]:
