@@ -15,7 +15,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from dlas import registry
+from dlas.results.health import DamagedDatabaseError, check_database
 from dlas.runner.console import default_workspace, make_console, results_table
+from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
 
 console = make_console()
@@ -165,6 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     workspace = _workspace(args)
+    check_database(workspace.db_path)  # before any work: the rows could not be stored
     if args.ray_address and args.executor != "ray":
         raise UsageError(f"--ray-address {args.ray_address}: only with --executor ray")
     if args.executor == "ray":
@@ -202,7 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       "earlier timing runs stay in the history)")
     report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
     if report.interrupted:
-        return 130
+        return INTERRUPTED
     bad = report.failed + report.verification_failed
     return 1 if (bad and args.fail_fast) else 0
 
@@ -265,7 +268,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     from dlas.report.reproduce import reproduce
 
-    result = reproduce(args.experiment, args.profile, _workspace(args),
+    workspace = _workspace(args)
+    check_database(workspace.db_path)  # before any work: the rows could not be stored
+    result = reproduce(args.experiment, args.profile, workspace,
                        out=_folder_arg(Path(args.out), "--out") if args.out else None,
                        skip_unregistered=args.skip_unregistered,
                        progress=not args.no_progress, retry_failed=args.retry_failed)
@@ -274,7 +279,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         console.print("[yellow]left out (not registered)[/]: " + escape(
             "; ".join(f"{layer}: {', '.join(n)}" for layer, n in result.skipped.items())))
     _print_report_files(result.report)
-    return 130 if result.run.interrupted else 0
+    return INTERRUPTED if result.run.interrupted else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,11 +376,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.fn(args)
-    except (ConfigError, UsageError, registry.PluginLoadError) as exc:
-        console.print(f"error: {exc}", markup=False, style="red")
-        return 2
+    # SIGTERM (batch schedulers, kill) stops any command the way Ctrl-C does
+    with sigterm_as_interrupt() as interrupts:
+        try:
+            code = args.fn(args)
+        except (ConfigError, UsageError, registry.PluginLoadError,
+                DamagedDatabaseError) as exc:
+            console.print(f"error: {exc}", markup=False, style="red")
+            code = 2
+        except KeyboardInterrupt:  # outside a sweep's own handling (which says more)
+            console.print(MESSAGE, markup=False, style="yellow")
+            code = INTERRUPTED
+        if code == INTERRUPTED:
+            if interrupts.received == "SIGTERM":
+                console.print("(stopped by SIGTERM, as Ctrl-C would)", markup=False)
+            stopped = interrupts.stop_children()
+            if stopped:
+                console.print(f"stopped {len(stopped)} leftover child process(es) "
+                              f"({', '.join(map(str, stopped))})", markup=False)
+    return code
 
 
 if __name__ == "__main__":

@@ -128,3 +128,90 @@ def test_timing_history_keeps_every_run_of_an_entry(tmp_path: Path) -> None:
         assert [r.run_id for r in store.timing_runs("p", "k1")] == ["a", "b"]
         assert [r.run_id for r in store.timing_runs("p")] == ["a", "b", "c"]
         assert store.timing_runs("q") == []
+
+
+# --- checksums: an entry is what was written, or it is not used ----------------------------
+
+def _entry(cache: Cache, stage: str = "compile", key: str = "k") -> Path:
+    with cache.write(stage, key, {"stage": stage}) as tmp:
+        (tmp / "model.so").write_bytes(bytes(range(256)) * 40)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "params.npz").write_bytes(b"p" * 100)
+    return cache.path(stage, key)
+
+
+def test_entry_carries_a_manifest_of_its_files(tmp_path: Path) -> None:
+    import json
+
+    cache = Cache(tmp_path)
+    folder = _entry(cache)
+    listed = json.loads((folder / "manifest.json").read_text())["files"]
+    assert sorted(listed) == ["meta.json", "model.so", "sub/params.npz"]
+    assert listed["model.so"]["size"] == 256 * 40
+    check = cache.check("compile", "k")
+    assert check.usable and check.verdict.verified and not check.unverified
+    assert cache.has("compile", "k")
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda f: (f / "model.so").write_bytes((f / "model.so").read_bytes()[:1000]),
+     "model.so: size 1000 bytes, written with 10240"),
+    (lambda f: (f / "sub" / "params.npz").write_bytes(b"p" * 36 + b"\0" * 64),
+     "sub/params.npz: content differs from what was written (sha256 mismatch"),
+    (lambda f: (f / "model.so").unlink(), "model.so: missing"),
+    (lambda f: (f / "meta.json").write_text('{"stage": "compile", "x": 1}'),
+     "meta.json: size"),
+    (lambda f: (f / "manifest.json").write_text("{not json"), "manifest.json: unreadable"),
+])
+def test_damaged_entry_is_not_cached(tmp_path: Path, damage, expected: str) -> None:
+    cache = Cache(tmp_path)
+    folder = _entry(cache)
+    damage(folder)
+    check = cache.check("compile", "k")
+    assert check.present and check.damaged and not check.usable
+    assert expected in check.describe()
+    assert check.describe().startswith("compile k (")
+    assert not cache.has("compile", "k")
+    assert cache.discard("compile", "k")  # a damaged entry can be discarded
+    assert not cache.check("compile", "k").present
+
+
+def test_entry_from_before_manifests_is_used_unverified(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    folder = _entry(cache)
+    (folder / "manifest.json").unlink()  # as every entry written before manifests
+    (folder / "model.so").write_bytes(b"anything")  # nothing to compare it with
+    check = cache.check("compile", "k")
+    assert check.usable and check.unverified and cache.has("compile", "k")
+    (folder / "meta.json").write_text('{"stage": "comp')  # but a torn meta.json is damage
+    check = cache.check("compile", "k")
+    assert check.damaged and "meta.json: unreadable" in check.describe()
+
+
+def test_a_stage_cannot_overwrite_the_manifest(tmp_path: Path) -> None:
+    cache = Cache(tmp_path)
+    with pytest.raises(RuntimeError, match="wrote a file named manifest.json"):
+        with cache.write("compile", "k", {}) as tmp:
+            (tmp / "manifest.json").write_text("{}")
+    assert not cache.exists("compile", "k")
+
+
+def test_seal_finds_a_damaged_file(tmp_path: Path) -> None:
+    from dlas.integrity import check_seal, remove_sealed, seal_path, write_seal
+
+    ckpt = tmp_path / "last.ckpt"
+    partial = tmp_path / "last.ckpt.partial"
+    partial.write_bytes(b"x" * 4096)
+    write_seal(partial, for_name=ckpt)  # sealed under its final name before the rename
+    partial.rename(ckpt)
+    verdict = check_seal(ckpt)
+    assert verdict.verified and verdict.intact
+    data = bytearray(ckpt.read_bytes())
+    data[1000:1064] = bytes(64)
+    ckpt.write_bytes(bytes(data))
+    verdict = check_seal(ckpt)
+    assert not verdict.intact and "sha256 mismatch" in verdict.describe()
+    remove_sealed(ckpt)
+    assert not ckpt.exists() and not seal_path(ckpt).exists()
+    ckpt.write_bytes(b"old")  # no seal: unverified, nothing to say it is damaged
+    assert check_seal(ckpt) == type(verdict)(verified=False)

@@ -241,3 +241,178 @@ def test_bad_ray_options_exit_2_with_what_to_do(tmp_path: Path,
     assert main(["run", str(config), *ws, "--ray-address", "127.0.0.1:6379"]) == 2
     assert "only with --executor ray" in capsys.readouterr().out
     assert not (tmp_path / "ws" / "results.db").exists()  # nothing ran
+
+
+# --- a damaged results database: exit 2, what to do, the file untouched ---------------------
+
+def _results_db(path: Path, rows: int = 60) -> None:
+    from dlas.results.store import ResultStore
+
+    with ResultStore(path) as store:
+        for i in range(rows):
+            store.upsert({"point_key": f"p{i}", "sweep": "tiny", "status": "ok",
+                          "latency_samples_ms": [float(j) for j in range(150)]})
+
+
+def _random_bytes(path: Path) -> None:
+    import random
+
+    path.write_bytes(random.Random(0).randbytes(64 * 1024))
+
+
+def _truncated(path: Path) -> None:
+    _results_db(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _overwritten_page(path: Path) -> None:
+    import random
+
+    _results_db(path)
+    data = bytearray(path.read_bytes())
+    data[4096:8192] = random.Random(1).randbytes(4096)  # the second page: the table's root
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_random_bytes, _truncated, _overwritten_page])
+def test_damaged_results_db_exits_2_and_is_left_untouched(
+        tmp_path: Path, capsys: pytest.CaptureFixture, damage) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    db = ws / "results.db"
+    damage(db)
+    before = db.read_bytes()
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep())
+    where = ["--workspace", str(ws)]
+    commands = [["run", str(config), "--no-progress", *where], ["results", *where],
+                ["report", *where], ["reproduce", "cifar10_cpu", "--no-progress", *where],
+                ["plan", str(config), "--estimate", *where]]
+    for argv in commands:
+        assert main(argv) == 2, argv
+        out = capsys.readouterr().out.replace("\n", "")
+        assert out.startswith(f"error: {db}: the results database is damaged ("), (argv, out)
+        assert f"Move it aside (mv {db} {db}.damaged)" in out, argv
+        assert "dlas run CONFIG" in out and "rebuilt" in out, argv
+        assert db.read_bytes() == before, argv  # no repair, no table written into it
+    assert not list(ws.rglob("meta.json"))  # and nothing ran
+
+
+def test_results_db_checks_accept_what_dlas_writes(tmp_path: Path) -> None:
+    """The other side: a new, an empty and a healthy database open; a foreign SQLite
+    database is not written into."""
+    import sqlite3
+
+    from dlas.results.health import DamagedDatabaseError, check_database
+    from dlas.results.store import ResultStore
+
+    check_database(tmp_path / "absent.db")
+    (tmp_path / "empty.db").write_bytes(b"")
+    with ResultStore(tmp_path / "empty.db") as store:
+        assert store.rows() == []
+    _results_db(tmp_path / "ok.db")
+    with ResultStore(tmp_path / "ok.db") as store:
+        assert len(store.rows()) == 60 and store.sweeps() == ["tiny"]
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE photos (name TEXT)")
+    conn.close()
+    before = foreign.read_bytes()
+    with pytest.raises(DamagedDatabaseError, match="without a 'points' table"):
+        ResultStore(foreign)
+    assert foreign.read_bytes() == before
+
+
+# --- SIGTERM (batch schedulers, kill) stops a run like Ctrl-C ------------------------------
+
+#: `dlas run` with the test model registered; the measure stage first starts a child
+#: process that would outlive it (as a timing worker or a builder pool might) and writes
+#: its pid where the test finds it.
+SIGTERM_DRIVER = """
+import subprocess, sys
+sys.path.insert(0, {root!r})
+import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
+from dlas.stages.measure import MeasureStage
+compute = MeasureStage.compute
+
+def compute_with_a_child(self, job):
+    import os
+    if not os.path.exists({pid_file!r}):  # the first run only
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open({pid_file!r}, "w") as fh:
+            fh.write(str(child.pid))
+    return compute(self, job)
+
+MeasureStage.compute = compute_with_a_child
+from dlas.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
+    import threading
+
+    config = tmp_path / "sweep.yaml"
+    # a measurement of a few seconds (the tiny model runs in ~0.04 ms), so that the signal
+    # lands inside it
+    config.write_text(tiny_sweep().replace("measure_repeat: 5", "measure_repeat: 3000\n"
+                                           "  measure_number: 20\n  noise_retries: 0"))
+    pid_file = tmp_path / "child.pid"
+    driver = SIGTERM_DRIVER.format(root=str(REPO), pid_file=str(pid_file))
+    cmd = [sys.executable, "-c", driver, "run", str(config), "--no-progress",
+           "--workspace", str(tmp_path / "ws")]
+    env = _env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
+               DLAS_LOCK_DIR=str(tmp_path / "locks"))
+    # whatever the harness did to this process's signals, the child starts with defaults
+    proc = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
+    lines: list[str] = []
+    measuring = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if line.strip().startswith("measure   computing"):
+                measuring.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert measuring.wait(300), "".join(lines)
+    deadline = time.time() + 30
+    while time.time() < deadline and not pid_file.exists():
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=120)
+        reader.join(timeout=30)
+        lingered = _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+    out = "".join(lines)
+    assert proc.returncode == 130, out
+    assert "interrupted: completed stages are cached; run the same command again" in out
+    assert "(stopped by SIGTERM, as Ctrl-C would)" in out
+    assert "Traceback" not in out
+    assert f"stopped 1 leftover child process(es) ({child})" in out
+    assert not lingered
+    assert not list((tmp_path / "ws" / "cache" / "measure").glob("*/meta.json"))
+
+    rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "1 ok, 0 failed" in rerun.stdout
+    assert "compile   reused from cache" in rerun.stdout
+    assert "measure   computed" in rerun.stdout

@@ -96,6 +96,17 @@ def test_a_ray_sweep_gives_the_local_outcome(cluster, tmp_path: Path) -> None:
     again = ray_run(tmp_path / "ray")
     assert again.ok == 4 and again.recomputed_nothing
 
+    # a library damaged on disk (a new inode: a worker may still map the old one) is
+    # reported by the driver and computed again by a task, not used
+    library = next((tmp_path / "ray" / "cache" / "compile").glob("*/model.so"))
+    damaged = library.with_name("damaged.so")
+    damaged.write_bytes(library.read_bytes()[:100])
+    os.replace(damaged, library)
+    repaired = ray_run(tmp_path / "ray")
+    assert repaired.ok == 4 and dict(repaired.damaged) == {"compile": 1}
+    assert dict(repaired.computed) == {"compile": 1}
+    assert library.stat().st_size > 100
+
 
 def _node_of(pid: int, nodes: list) -> object | None:
     """The cluster node whose raylet started process `pid`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -364,3 +365,69 @@ def test_a_sweep_lists_the_points_another_sweep_measured_first(
     points = load_points(tmp_path / "results.db", ["second"])
     assert {p.algorithm for p in points} == {"direct", "gemm", "onnxruntime"}
     assert {p.sweep for p in points} == {"second"}
+
+
+def _rewrite(path: Path, data: bytes) -> None:
+    """Damage a file as a new inode: this process still maps the library its first run
+    loaded, and truncating a mapped file in place ends the process with SIGBUS."""
+    tmp = path.with_name(path.name + ".damaged")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _zero_64_bytes(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at:at + 64] = bytes(64)
+    _rewrite(path, bytes(data))
+
+
+def test_damaged_cache_entries_are_reported_and_computed_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A truncated compiled library and a trained model with 64 zeroed bytes: the next run
+    says which entry, which file and how, computes both again (never loads them: the new
+    pruned point's compress stage reads the retrained model), and its points end ok."""
+    from dlas.cli import main
+    from dlas.runner.cache import Cache
+    from dlas.stages import stage_keys
+    from dlas.sweep.grid import expand
+
+    dense = tiny_sweep()
+    first = run(dense, tmp_path)
+    assert first.ok == 1
+    keys = stage_keys(expand(parse_config(dense))[0])
+    cache = Cache(tmp_path / "cache")
+    library = cache.path("compile", keys.compile) / "model.so"
+    whole = library.stat().st_size
+    _rewrite(library, library.read_bytes()[: whole // 2])
+    trained = cache.path("train", keys.train) / "model.pt"
+    _zero_64_bytes(trained, trained.stat().st_size // 2)
+    capsys.readouterr()
+
+    config = tmp_path / "both.yaml"
+    config.write_text(tiny_sweep(compression=["none", "weight_pruning"]).replace(
+        "  - weight_pruning", "  - name: weight_pruning\n    params: {levels: [0.9], level: 0.9}"))
+    ws = ["--workspace", str(tmp_path)]
+    assert main(["plan", str(config), *ws]) == 0
+    planned = capsys.readouterr().out
+    assert "damaged: train, compile (the next run computes it again)" in planned
+    assert "all stages cached" not in planned
+
+    second = Runner(Workspace(tmp_path), progress=False).run(parse_config(config.read_text()))
+    out = capsys.readouterr().out
+    assert (second.ok, second.failed) == (2, 0), second.rows
+    assert dict(second.damaged) == {"train": 1, "compile": 1}
+    assert second.computed["train"] == 1 and second.computed["compile"] == 2
+    assert second.reused["measure"] == 1 and second.computed["measure"] == 1
+    assert (f"train     damaged cache entry (key {keys.train[:10]}): model.pt: content differs "
+            "from what was written (sha256 mismatch, same size); it is discarded and computed "
+            "again") in out
+    assert (f"compile   damaged cache entry (key {keys.compile[:10]}): model.so: size "
+            f"{whole // 2} bytes, written with {whole}; it is discarded") in out
+    assert out.index("train     damaged") < out.index("compress  computing")
+    assert "2 damaged cache entries found (said above) and computed again" in out
+    for stage in ("train", "compile"):
+        check = cache.check(stage, getattr(keys, stage))
+        assert check.usable and check.verdict.verified
+
+    third = run(config.read_text(), tmp_path)
+    assert third.ok == 2 and third.recomputed_nothing and not third.damaged

@@ -81,7 +81,8 @@ def test_resume_from_checkpoint(digits: DatasetBundle, tmp_path: Path,
     with pytest.raises(RuntimeError, match="simulated crash"):
         train_model(interrupted, digits, 2,
                     settings=replace(FAST, checkpoint_dir=tmp_path, callbacks=[_Crash()]))
-    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [CHECKPOINT_NAME,
+                                                          CHECKPOINT_NAME + ".sha256"]
 
     resumed = _tiny_model()
     with caplog.at_level(logging.WARNING, logger="dlas.models.training"):
@@ -98,6 +99,56 @@ def test_resume_from_checkpoint(digits: DatasetBundle, tmp_path: Path,
 
     with pytest.raises(CheckpointMismatchError):
         train_model(_tiny_model(), digits, 3, settings=replace(FAST, checkpoint_dir=tmp_path))
+
+
+class _Epochs(pl.Callback):
+    """Records the epochs a fit runs (0-based): a resumed fit starts past 0."""
+
+    def __init__(self) -> None:
+        self.ran: list[int] = []
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.ran.append(trainer.current_epoch)
+
+
+def _tiny_cnn() -> torch.nn.Module:
+    from tests.plugins.tiny_cnn import TinyCNN
+
+    seed_all(0)
+    return TinyCNN(10)
+
+
+def test_damaged_resume_checkpoint_is_not_loaded(digits: DatasetBundle, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """64 zeroed bytes in a sealed checkpoint, then a truncated one without a seal (as
+    written before seals existed): each is said, deleted, and training starts over."""
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_model(_tiny_cnn(), digits, 2,
+                    settings=replace(FAST, checkpoint_dir=tmp_path, callbacks=[_Crash()]))
+    ckpt = tmp_path / CHECKPOINT_NAME
+    data = bytearray(ckpt.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 64] = bytes(64)
+    ckpt.write_bytes(bytes(data))
+
+    epochs = _Epochs()
+    with caplog.at_level(logging.WARNING, logger="dlas.models.training"):
+        result = train_model(_tiny_cnn(), digits, 2,
+                             settings=replace(FAST, checkpoint_dir=tmp_path, callbacks=[epochs]))
+    assert epochs.ran == [0, 1] and len(result.history) == 2
+    assert "resuming" not in caplog.text
+    assert (f"the training checkpoint {ckpt} is damaged ({CHECKPOINT_NAME}: content differs "
+            "from what was written (sha256 mismatch, same size)): deleted; training starts "
+            "over from epoch 1") in caplog.text
+
+    caplog.clear()
+    (tmp_path / (CHECKPOINT_NAME + ".sha256")).unlink()
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    epochs = _Epochs()
+    with caplog.at_level(logging.WARNING, logger="dlas.models.training"):
+        train_model(_tiny_cnn(), digits, 2,
+                    settings=replace(FAST, checkpoint_dir=tmp_path, callbacks=[epochs]))
+    assert epochs.ran == [0, 1]
+    assert "is damaged (it does not load (" in caplog.text and "starts over" in caplog.text
 
 
 class _CtrlC(pl.Callback):

@@ -19,6 +19,7 @@ from typing import Any
 
 from dlas.estimate.costmodel import components
 from dlas.estimate.work import StageWork, stage_work
+from dlas.results.health import check_database
 from dlas.sweep.grid import Point
 
 #: Statuses of rows whose points a run skips unless `--retry-failed`.
@@ -44,12 +45,15 @@ class WorkspaceRecord:
 
 
 def _rows(db_path: Path) -> list[tuple[str, str, str]]:
+    """The rows' keys, statuses and configs; a damaged database raises
+    `DamagedDatabaseError` (an estimate from it would silently ignore what it measured)."""
     if not db_path.is_file():
         return []
+    check_database(db_path)
     try:
-        with sqlite3.connect(f"file:{db_path}?mode=ro", uri=True) as conn:
+        with sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
             return list(conn.execute("SELECT point_key, status, config FROM points"))
-    except sqlite3.Error:  # not a results database (or an empty file): nothing measured
+    except sqlite3.Error:  # an empty file, or a new database without rows yet
         return []
 
 

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from dlas._compat import install_torchvision_shim
 from dlas.datasets.base import DatasetBundle
+from dlas.integrity import check_seal, remove_sealed, write_seal
 
 # Lightning imports torchmetrics, which imports torchvision: the shim must come first.
 install_torchvision_shim()
@@ -252,7 +253,9 @@ class _Classifier(pl.LightningModule):
 
 class _EpochEnd(pl.Callback):
     """Records the epoch, then (optionally) writes ``last.ckpt`` atomically, so a crash
-    mid-write never leaves a truncated checkpoint behind, then reports the epoch."""
+    mid-write never leaves a truncated checkpoint behind, with its seal (size and SHA-256,
+    `dlas.integrity`), so damage done to it later is found before a resume loads it; then
+    reports the epoch."""
 
     def __init__(self, checkpoint_dir: Path | None, on_epoch: EpochReport | None) -> None:
         self.checkpoint_dir = checkpoint_dir
@@ -265,6 +268,10 @@ class _EpochEnd(pl.Callback):
             final = self.checkpoint_dir / CHECKPOINT_NAME
             partial = final.with_name(final.name + ".partial")
             trainer.save_checkpoint(partial)
+            # the seal first: a crash between the two renames leaves a new seal beside the
+            # old checkpoint, which reads as damaged, and training starts over (never a
+            # checkpoint used unchecked)
+            write_seal(partial, for_name=final)
             os.replace(partial, final)
         if self.on_epoch is not None:
             self.on_epoch(pl_module.history[-1], int(trainer.max_epochs or 0))
@@ -305,6 +312,27 @@ def _train_subset(dataset: Dataset, fraction: float, seed: int) -> Dataset:
 def _load_checkpoint(path: Path) -> dict[str, Any]:
     # Our own checkpoints, in our own cache directory: full unpickling is acceptable.
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _resumable(path: Path, what: str) -> dict[str, Any] | None:
+    """The checkpoint at `path`, or None (it is deleted, and a warning says so) when it is
+    damaged: its seal differs, or, for one written before seals existed, it does not
+    load. A damaged checkpoint may still unpickle into wrong weights, so it is never
+    resumed from; the fit starts over from epoch 1."""
+    verdict = check_seal(path)
+    problem = verdict.describe() if not verdict.intact else None
+    checkpoint = None
+    if problem is None:
+        try:
+            checkpoint = _load_checkpoint(path)
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes torch raise
+            problem = f"it does not load ({type(exc).__name__}: {exc})"
+    if problem is None:
+        return checkpoint
+    log.warning("the %s checkpoint %s is damaged (%s): deleted; %s starts over from epoch 1",
+                what, path, problem, what)
+    remove_sealed(path)
+    return None
 
 
 def _fit(
@@ -356,8 +384,9 @@ def _fit(
         checkpoint_dir = Path(checkpoint_dir)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
         candidate = checkpoint_dir / CHECKPOINT_NAME
-        if candidate.is_file():
-            checkpoint = _load_checkpoint(candidate)
+        what = "training" if kind == "train" else "fine-tuning"
+        checkpoint = _resumable(candidate, what) if candidate.is_file() else None
+        if checkpoint is not None:
             state = checkpoint.get(_STATE_KEY, {})
             if state.get("config") != config:
                 raise CheckpointMismatchError(
@@ -374,7 +403,7 @@ def _fit(
             ckpt_path = candidate
             log.warning(
                 "resuming %s from epoch %d of %d (%s)",
-                "training" if kind == "train" else "fine-tuning",
+                what,
                 done + 1,
                 epochs,
                 candidate,

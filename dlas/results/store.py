@@ -13,19 +13,21 @@ Three tables:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from dlas.measure.record import TimingRun
+from dlas.results.health import DamagedDatabaseError, check_database, is_damage
 from dlas.results.row import COLUMNS, JSON_COLUMNS, STATUSES, ResultRow
 
-__all__ = ["COLUMNS", "JSON_COLUMNS", "STATUSES", "SUMMARY_COLUMNS", "ResultRow",
-           "ResultStore"]
+__all__ = ["COLUMNS", "JSON_COLUMNS", "STATUSES", "SUMMARY_COLUMNS", "DamagedDatabaseError",
+           "ResultRow", "ResultStore"]
 
 #: Columns `dlas results` shows by default (the rest go to CSV and JSON).
 SUMMARY_COLUMNS = [
@@ -45,24 +47,46 @@ _SCHEMA_EXTRA = (
 
 
 class ResultStore:
+    """The database at `path`, created if absent. A file that is not a readable results
+    database raises `DamagedDatabaseError` before anything is written to it
+    (`dlas.results.health`), and so does damage SQLite finds later."""
+
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        check_database(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.conn = sqlite3.connect(self.path)
         self.conn.row_factory = sqlite3.Row
-        cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
-        self.conn.execute(f"CREATE TABLE IF NOT EXISTS points ({cols})")
-        existing = {r["name"] for r in self.conn.execute("PRAGMA table_info(points)")}
-        for name, kind in COLUMNS.items():  # older databases gain new columns
-            if name not in existing:
-                self.conn.execute(f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
-        for statement in _SCHEMA_EXTRA:
-            self.conn.execute(statement)
-        # rows written before membership existed belong to the sweep that wrote them
-        self.conn.execute("INSERT OR IGNORE INTO sweep_points (sweep, point_key, added_at) "
-                          "SELECT sweep, point_key, created_at FROM points "
-                          "WHERE sweep IS NOT NULL")
-        self.conn.commit()
+        try:
+            with self._guard():
+                cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+                self.conn.execute(f"CREATE TABLE IF NOT EXISTS points ({cols})")
+                existing = {r["name"] for r in self.conn.execute("PRAGMA table_info(points)")}
+                for name, kind in COLUMNS.items():  # older databases gain new columns
+                    if name not in existing:
+                        self.conn.execute(
+                            f"ALTER TABLE points ADD COLUMN {name} {kind.split()[0]}")
+                for statement in _SCHEMA_EXTRA:
+                    self.conn.execute(statement)
+                # rows written before membership existed belong to the sweep that wrote them
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO sweep_points (sweep, point_key, added_at) "
+                    "SELECT sweep, point_key, created_at FROM points WHERE sweep IS NOT NULL")
+                self.conn.commit()
+        except BaseException:
+            self.conn.close()
+            raise
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite's word for a damaged file, as `DamagedDatabaseError` (exit 2 with what
+        to do; the file is left as it is)."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if is_damage(exc):
+                raise DamagedDatabaseError(self.path, f"SQLite cannot read it: {exc}") from exc
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -111,8 +135,9 @@ class ResultStore:
         self.conn.commit()
 
     def get(self, point_key: str) -> ResultRow | None:
-        cur = self.conn.execute("SELECT * FROM points WHERE point_key = ?", (point_key,))
-        row = cur.fetchone()
+        with self._guard():
+            row = self.conn.execute("SELECT * FROM points WHERE point_key = ?",
+                                    (point_key,)).fetchone()
         return self._decode(row) if row else None
 
     def rows(self, sweep: str | None = None, status: str | None = None) -> list[ResultRow]:
@@ -127,7 +152,8 @@ class ResultStore:
             query += " AND status = ?"
             args.append(status)
         query += " ORDER BY points.created_at, points.rowid"
-        return [self._decode(r) for r in self.conn.execute(query, args)]
+        with self._guard():
+            return [self._decode(r) for r in self.conn.execute(query, args).fetchall()]
 
     def sweeps(self) -> list[str]:
         """Every sweep that has members."""

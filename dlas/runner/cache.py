@@ -2,6 +2,16 @@
 
 An entry is written into a temporary directory and renamed into place only when complete,
 so an interrupted stage leaves nothing that a later run could mistake for a result.
+
+Every entry also carries `manifest.json`: the size and SHA-256 of each of its files
+(`meta.json` included), written with it. `check` compares an entry with its manifest, and
+`has` counts only an intact entry as stored, so a file damaged after it was written (a
+truncated library, a checkpoint with a zeroed block) is never used: the executor reports
+it and computes the entry again. Entries written before manifests existed have none; they
+are used as they are, reported as unverified (nothing says they are damaged, and
+recomputing a whole workspace for that would cost hours), except that a `meta.json` that
+does not parse makes one damaged too. Delete the cache folder to have every entry
+rewritten with a manifest.
 """
 
 from __future__ import annotations
@@ -12,10 +22,43 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlas.integrity import Damage, Manifest, Verdict
+
 META = "meta.json"
+#: The entry's files as written (reserved: a stage cannot write a file of this name).
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    """What `Cache.check` found for one (stage, key)."""
+
+    stage: str
+    key: str
+    #: A complete entry is stored (intact or not).
+    present: bool
+    verdict: Verdict = field(default_factory=lambda: Verdict(False))
+
+    @property
+    def usable(self) -> bool:
+        return self.present and self.verdict.intact
+
+    @property
+    def damaged(self) -> bool:
+        return self.present and not self.verdict.intact
+
+    @property
+    def unverified(self) -> bool:
+        """Stored before manifests existed: used, but nothing was checked."""
+        return self.usable and not self.verdict.verified
+
+    def describe(self) -> str:
+        """'compile d0270d09a2 (model.so: size 100 bytes, written with 80720)'."""
+        return f"{self.stage} {self.key[:10]} ({self.verdict.describe()})"
 
 
 class Cache:
@@ -32,8 +75,36 @@ class Cache:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def has(self, stage: str, key: str) -> bool:
+    def exists(self, stage: str, key: str) -> bool:
+        """A complete entry is stored (published), whether or not it is intact."""
         return (self.path(stage, key) / META).is_file()
+
+    def has(self, stage: str, key: str) -> bool:
+        """An intact entry is stored: one that may be used (see `check`)."""
+        return self.check(stage, key).usable
+
+    def check(self, stage: str, key: str) -> EntryCheck:
+        """The entry compared with its manifest: absent, intact, unverified (written
+        before manifests; used), or damaged (a file missing, of another size or another
+        content; never to be used)."""
+        folder = self.path(stage, key)
+        if not self.exists(stage, key):
+            return EntryCheck(stage, key, present=False)
+        manifest_path = folder / MANIFEST
+        if manifest_path.is_file():
+            try:
+                verdict = Manifest.read(manifest_path).check(folder)
+            except (OSError, ValueError) as exc:
+                verdict = Verdict(True, (Damage(MANIFEST, str(exc)),))
+        else:
+            verdict = Verdict(False)
+            try:
+                json.loads((folder / META).read_text())
+            except (OSError, ValueError) as exc:
+                verdict = Verdict(False, (Damage(META, f"unreadable ({exc})"),))
+        if not verdict.intact and not self.exists(stage, key):
+            return EntryCheck(stage, key, present=False)  # discarded while we looked
+        return EntryCheck(stage, key, present=True, verdict=verdict)
 
     def meta(self, stage: str, key: str) -> dict[str, Any]:
         return json.loads((self.path(stage, key) / META).read_text())
@@ -42,7 +113,7 @@ class Cache:
         """Remove an entry so the next run computes it again (e.g. a timing taken on a busy
         machine); moved aside first, so no reader sees half of it. False if absent."""
         final = self.path(stage, key)
-        if not self.has(stage, key):
+        if not self.exists(stage, key):
             return False
         trash = final.parent / f".discard-{key}-{uuid.uuid4().hex[:8]}"
         try:
@@ -54,7 +125,8 @@ class Cache:
 
     @contextlib.contextmanager
     def write(self, stage: str, key: str, meta: dict[str, Any]) -> Iterator[Path]:
-        """Yield a temp dir to fill; on success store `meta` and publish atomically.
+        """Yield a temp dir to fill; on success store `meta` and the manifest of every
+        file, and publish atomically.
 
         `meta` may be updated by the caller inside the block; it is written at the end.
         """
@@ -63,7 +135,11 @@ class Cache:
         tmp.mkdir(parents=True)
         try:
             yield tmp
+            if (tmp / MANIFEST).exists():
+                raise RuntimeError(f"{stage} wrote a file named {MANIFEST} into its entry; "
+                                   "the cache keeps its checksums there: rename the file")
             (tmp / META).write_text(json.dumps(meta, indent=1, default=str))
+            Manifest.of_folder(tmp).write(tmp / MANIFEST)
             if final.exists():  # a concurrent writer won; keep its copy
                 shutil.rmtree(tmp)
             else:

@@ -17,6 +17,7 @@ from dlas.compiler.fallbacks import summary as fallback_summary
 
 if TYPE_CHECKING:
     from dlas.results.row import ResultRow
+    from dlas.runner.cache import EntryCheck
     from dlas.runner.runner import RunReport, Workspace
     from dlas.sweep.config import SweepConfig
     from dlas.sweep.grid import Point
@@ -132,6 +133,12 @@ class RunConsole:
             self.out.print(f"    {name:<9} [cyan]reused[/]: computed meanwhile by another "
                            "dlas process on this workspace")
 
+    def damaged(self, check: EntryCheck) -> None:
+        """A cache entry whose files are not what was written: said, never used."""
+        self.out.print(f"    {check.stage:<9} [red]damaged[/] cache entry (key "
+                       f"{check.key[:10]}): {escape(check.verdict.describe())}; it is "
+                       "discarded and computed again")
+
     def point_end(self, row: ResultRow) -> None:
         status = row.status
         style = _STATUS_STYLE.get(status, "")
@@ -241,7 +248,11 @@ class RunConsole:
         if report.skipped_failed:
             counts += f", {report.skipped_failed} skipped (failed earlier)"
         self.out.print(f"{counts}; wall time {report.wall_seconds:.1f}s")
-        if report.recomputed_nothing and report.points:
+        damaged = sum(report.damaged.values())
+        if damaged:
+            self.out.print(f"[red]{damaged} damaged cache entr{'y' if damaged == 1 else 'ies'}"
+                           "[/] found (said above) and computed again")
+        if report.recomputed_nothing and report.points and not report.interrupted:
             self.out.print("nothing recomputed: every stage was reused from the cache")
         if report.interrupted:
             self.out.print("[yellow]interrupted[/]: completed stages are cached; "

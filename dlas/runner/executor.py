@@ -2,12 +2,16 @@
 
 - An entry in the cache is loaded, never recomputed; within one run each entry is
   produced at most once and shared by every point that needs it.
+- An entry whose files differ from the manifest written with them (`Cache.check`) is
+  never used: it is reported, discarded under its claim and computed as if missing.
 - Across processes on one workspace, an entry is computed under its claim
   (`dlas.runner.claims`): a process that needs an entry another one is computing waits for
   it and loads it.
 - A stage that computes holds the machine lock (`dlas.runner.machine`) as its resources
   ask: shared for work, exclusive for timings.
 - A stage that fails is remembered: every dependant point fails with it, without a retry.
+  An error raised after the command was interrupted (Ctrl-C, SIGTERM) is the interrupt,
+  as a library passed it on (`dlas.runner.signals.interrupted`), not a failure.
 
 Stages only declare what they read (`Stage.needs`); the executor resolves it, so a stage's
 upstream is ensured (stored) before the stage's claim is taken, and models are loaded only
@@ -29,6 +33,7 @@ from typing import Any, TypeVar
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
+from dlas.runner.signals import interrupted
 from dlas.stages import BY_NAME
 from dlas.stages.base import Inputs, Job, Stage, StageEnv, StoredStage, TransientStage
 from dlas.stages.facts import Facts, MeasureFacts
@@ -66,11 +71,13 @@ class StageFailed(Exception):
 @dataclass
 class StageTally:
     """What the executor did, per stage: entries computed here, entries reused (from the
-    cache, or computed meanwhile by another process), seconds spent computing."""
+    cache, or computed meanwhile by another process), seconds spent computing, and
+    entries found damaged (then computed again, so also counted as computed)."""
 
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)
     seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    damaged: Counter[str] = field(default_factory=Counter)
 
 
 class StageExecutor:
@@ -86,6 +93,8 @@ class StageExecutor:
         self.timing_source = timing_source
         self._facts: dict[tuple[str, str], Any] = {}
         self._outputs: dict[tuple[str, str], Any] = {}
+        self._damaged: set[tuple[str, str]] = set()
+        self._said_unverified = False
 
     @property
     def console(self) -> Any:
@@ -127,6 +136,8 @@ class StageExecutor:
         except (KeyboardInterrupt, StageFailed, EntryBusy):
             raise
         except Exception as exc:
+            if interrupted():  # a library turned the KeyboardInterrupt into its own error
+                raise KeyboardInterrupt(interrupted()) from exc
             failure = StageFailed(name, exc, traceback.format_exc())
             memo[(name, key)] = failure
             raise failure from exc
@@ -150,9 +161,28 @@ class StageExecutor:
         self.console.stage(stage.name, how, key)
         return stage.read_facts(self.cache.meta(stage.name, key))
 
+    def _stored(self, name: str, key: str, *, discard_damaged: bool) -> bool:
+        """Whether the entry is stored and may be used. A damaged entry is reported once
+        per run and, when `discard_damaged` (under the entry's claim, so no other process
+        is writing it), discarded, so that it is computed as if it were missing."""
+        check = self.cache.check(name, key)
+        if check.damaged:
+            if (name, key) not in self._damaged:
+                self._damaged.add((name, key))
+                self.tally.damaged[name] += 1
+                self.console.damaged(check)
+            if discard_damaged:
+                self.cache.discard(name, key)
+            return False
+        if check.unverified and not self._said_unverified:
+            self._said_unverified = True
+            self.console.note(f"note: cache entries written before dlas kept checksums (the "
+                              f"first: {name} {key[:10]}) are used unverified")
+        return check.present
+
     def _ensure(self, point: Point, keys: StageKeys, stage: StoredStage[F, Any],
                 key: str) -> F:
-        if self.cache.has(stage.name, key):
+        if self._stored(stage.name, key, discard_damaged=False):
             return self._reused(stage, key, "reused")
         # upstream first: its failure is its own, and no claim is held while it computes
         parent = BY_NAME[stage.parent] if stage.parent else None
@@ -164,8 +194,8 @@ class StageExecutor:
                 and self.claims.is_held(stage.name, key):
             raise EntryBusy(stage.name, key, self.claims.holder(stage.name, key))
         with self._claim(stage.name, key):
-            if self.cache.has(stage.name, key):  # another process computed it meanwhile
-                return self._reused(stage, key, "shared")
+            if self._stored(stage.name, key, discard_damaged=True):
+                return self._reused(stage, key, "shared")  # another process computed it
             if isinstance(stage, TimedStage):  # a group of one, in the timing worker
                 outcome = self._time_claimed([(point, keys, stage, key)])[0]
                 if isinstance(outcome, StageFailed):
@@ -199,6 +229,8 @@ class StageExecutor:
                 job = Job(point, key, inputs, self.env, tmp,
                           scratch=lambda: self.cache.scratch(stage.name, key))
                 facts = stage.compute(job)
+                if interrupted():  # the interrupt was swallowed on the way: not a result
+                    raise KeyboardInterrupt(interrupted())
                 facts.seconds = time.perf_counter() - start
                 meta.update(facts.to_meta(), computed_by={
                     "host": socket.gethostname(), "pid": os.getpid(),
@@ -230,7 +262,7 @@ class StageExecutor:
                 out[i] = memo
                 continue
             try:
-                if self.cache.has(stage.name, key):
+                if self._stored(stage.name, key, discard_damaged=False):
                     out[i] = self.facts(point, keys, stage)
                     continue
                 parent = BY_NAME[stage.parent or ""]
@@ -243,7 +275,7 @@ class StageExecutor:
             if self.claims is not None and claim is None:
                 out[i] = EntryBusy(stage.name, key, self.claims.holder(stage.name, key))
                 continue
-            if self.cache.has(stage.name, key):  # stored between the check and the claim
+            if self._stored(stage.name, key, discard_damaged=True):  # stored meanwhile
                 if claim is not None:
                     claim.release()
                 out[i] = self.facts(point, keys, stage)

@@ -12,6 +12,8 @@ sharing a prefix share its tasks: one training feeds every compression.
   workers write entries there under claims (`dlas.runner.claims`), so several drivers and
   local runs on the same workspace still compute each entry once. Only the driver writes
   the SQLite results.
+- Damage: an entry whose files differ from its manifest (`Cache.check`) is reported and
+  submitted like a missing one; the task discards it under its claim and computes it.
 - Failures: a stage that raises is a failed point (recorded, the sweep goes on); a worker
   or node lost mid-stage has its task retried by Ray (`max_retries`), and its claim dies
   with it. Ctrl-C cancels the running tasks; what finished is cached, and the same
@@ -20,11 +22,15 @@ sharing a prefix share its tasks: one training feeds every compression.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import threading
 import time
 import traceback
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +84,23 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
             f"--ray-address {address}: no Ray cluster answers there ({exc}); start its "
             "head with `ray start --head --port PORT` on that machine, or leave "
             "--ray-address out to run on a new local Ray instance") from exc
+
+
+@contextlib.contextmanager
+def _keep_sigterm_handler() -> Iterator[None]:
+    """`ray.init` makes SIGTERM `sys.exit` in the driver; keep a handler the command
+    installed (`dlas.runner.signals`: SIGTERM stops a sweep like Ctrl-C, with its message
+    and exit 130, and cancels the running tasks). Without one, Ray's stays (better than
+    the default, which would skip `ray.shutdown`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
 
 
 def ray_available() -> bool:
@@ -231,9 +254,10 @@ class RayRunner:
         # in /tmp/ray/ray_current_cluster; RAY_ADDRESS or --ray-address auto join one
         address = self.address or os.environ.get("RAY_ADDRESS") or "local"
         check_reachable(address)
-        ray.init(address=address, runtime_env={"env_vars": env},
-                 include_dashboard=False, logging_level="WARNING",
-                 configure_logging=True, log_to_driver=True)
+        with _keep_sigterm_handler():
+            ray.init(address=address, runtime_env={"env_vars": env},
+                     include_dashboard=False, logging_level="WARNING",
+                     configure_logging=True, log_to_driver=True)
         return True
 
     @staticmethod
@@ -304,9 +328,13 @@ class RayRunner:
                 parent[node] = before
         outcome: dict[Node, StageOutcome] = {}
         for node in needed:
-            if self.cache.has(node.stage, node.key):
+            check = self.cache.check(node.stage, node.key)
+            if check.usable:
                 outcome[node] = StageOutcome(meta=self.cache.meta(node.stage, node.key))
                 report.reused[node.stage] += 1
+            elif check.damaged:  # submitted like a missing entry; the task discards it
+                report.damaged[node.stage] += 1
+                self.console.damaged(check)
 
         remote = ray.remote(run_stage_task)
         remote_group = ray.remote(run_timing_group_task)
