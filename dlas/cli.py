@@ -113,7 +113,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     excluded: list = []
     points = expand(config, excluded)
     ws = _workspace(args)
-    plans = plan.plan_points(points, Cache(ws.cache_dir))
+    plans = plan.plan_points(points, Cache(ws.cache_dir),
+                             verify=len(points) <= plan.SUMMARY_ABOVE)
     if args.json:
         print(json.dumps(plan.as_json(config, plans, len(excluded), ws.cache_dir), indent=1))
     elif len(plans) > plan.SUMMARY_ABOVE and not args.all:

@@ -246,12 +246,12 @@ def test_bad_ray_options_exit_2_with_what_to_do(tmp_path: Path,
 # --- a damaged results database: exit 2, what to do, the file untouched ---------------------
 
 def _results_db(path: Path, rows: int = 60) -> None:
-    from dlas.results.store import ResultStore
+    from dlas.results.store import ResultRow, ResultStore
 
     with ResultStore(path) as store:
         for i in range(rows):
-            store.upsert({"point_key": f"p{i}", "sweep": "tiny", "status": "ok",
-                          "latency_samples_ms": [float(j) for j in range(150)]})
+            store.upsert(ResultRow(point_key=f"p{i}", sweep="tiny", status="ok",
+                                   latency_samples_ms=[float(j) for j in range(150)]))
 
 
 def _random_bytes(path: Path) -> None:
@@ -329,46 +329,27 @@ def test_results_db_checks_accept_what_dlas_writes(tmp_path: Path) -> None:
 #: process that would outlive it (as a timing worker or a builder pool might) and writes
 #: its pid where the test finds it.
 SIGTERM_DRIVER = """
-import subprocess, sys
+import sys
 sys.path.insert(0, {root!r})
 import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
-from dlas.stages.measure import MeasureStage
-compute = MeasureStage.compute
-
-def compute_with_a_child(self, job):
-    import os
-    if not os.path.exists({pid_file!r}):  # the first run only
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open({pid_file!r}, "w") as fh:
-            fh.write(str(child.pid))
-    return compute(self, job)
-
-MeasureStage.compute = compute_with_a_child
 from dlas.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
+    """SIGTERM while the timing worker runs: exit 130 with the interrupted message, the
+    worker stopped with the sweep, no timing stored; the same command then resumes."""
     import threading
 
+    import psutil
+
     config = tmp_path / "sweep.yaml"
-    # a measurement of a few seconds (the tiny model runs in ~0.04 ms), so that the signal
+    # a timing of several seconds (the tiny model runs in ~0.04 ms), so that the signal
     # lands inside it
     config.write_text(tiny_sweep().replace("measure_repeat: 5", "measure_repeat: 3000\n"
                                            "  measure_number: 20\n  noise_retries: 0"))
-    pid_file = tmp_path / "child.pid"
-    driver = SIGTERM_DRIVER.format(root=str(REPO), pid_file=str(pid_file))
+    driver = SIGTERM_DRIVER.format(root=str(REPO))
     cmd = [sys.executable, "-c", driver, "run", str(config), "--no-progress",
            "--workspace", str(tmp_path / "ws")]
     env = _env(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1",
@@ -378,35 +359,34 @@ def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
                             stderr=subprocess.STDOUT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     lines: list[str] = []
-    measuring = threading.Event()
+    rounds = threading.Event()
 
     def read() -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
             lines.append(line)
-            if line.strip().startswith("measure   computing"):
-                measuring.set()
+            if line.strip().startswith("round 1:"):
+                rounds.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
-    assert measuring.wait(300), "".join(lines)
-    deadline = time.time() + 30
-    while time.time() < deadline and not pid_file.exists():
-        time.sleep(0.05)
-    child = int(pid_file.read_text())
+    assert rounds.wait(300), "".join(lines)
+    workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
+               if "timing_worker" in " ".join(c.cmdline())]
+    assert workers, "".join(lines)
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=120)
         reader.join(timeout=30)
-        lingered = _alive(child)
+        lingered = [w.pid for w in workers if w.is_running() and w.status() != "zombie"]
     finally:
-        if _alive(child):
-            os.kill(child, signal.SIGKILL)
+        for w in workers:
+            if w.is_running():
+                w.kill()
     out = "".join(lines)
     assert proc.returncode == 130, out
     assert "interrupted: completed stages are cached; run the same command again" in out
     assert "(stopped by SIGTERM, as Ctrl-C would)" in out
     assert "Traceback" not in out
-    assert f"stopped 1 leftover child process(es) ({child})" in out
     assert not lingered
     assert not list((tmp_path / "ws" / "cache" / "measure").glob("*/meta.json"))
 
@@ -415,4 +395,4 @@ def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "1 ok, 0 failed" in rerun.stdout
     assert "compile   reused from cache" in rerun.stdout
-    assert "measure   computed" in rerun.stdout
+    assert "timing    1 variant(s)" in rerun.stdout

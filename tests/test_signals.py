@@ -92,24 +92,25 @@ def test_an_interrupt_a_library_ate_is_not_a_failure(
 
     config = parse_config(tiny_sweep(algorithms=[interrupt_eating_algorithm]))
     with sigterm_as_interrupt():
-        report = Runner(Workspace(tmp_path, shared_cache), progress=False).run(config)
+        report = Runner(Workspace(tmp_path / "ws"), progress=False).run(config)
     assert report.interrupted and report.failed == 0 and report.computed["compile"] == 0
-    with ResultStore(tmp_path / "results.db") as store:
+    with ResultStore(tmp_path / "ws" / "results.db") as store:
         assert store.rows() == []  # no failure recorded: the next run computes the point
-    assert not list((shared_cache / "compile").glob("*/meta.json"))
+    assert not list((tmp_path / "ws" / "cache" / "compile").glob("*/meta.json"))
 
 
 DRIVER = """
 import os, signal, subprocess, sys, time
 sys.path.insert(0, {root!r})
 from dlas.runner.signals import sigterm_as_interrupt
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-print("child", child.pid, flush=True)
 # code that, by its file name, belongs to a MetaSchedule session
 tuning = compile("os.kill(os.getpid(), signal.SIGTERM)\\ntime.sleep(30)",
                  {file!r}, "exec")
 with sigterm_as_interrupt():
+    # a child the command started (a builder pool's worker, say)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print("child", child.pid, flush=True)
     try:
         exec(tuning)
     except KeyboardInterrupt:

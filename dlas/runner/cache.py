@@ -196,6 +196,10 @@ class CacheIndex:
         """Whether the stage has any entry at all (else no key needs asking about)."""
         return bool(self._names(stage))
 
+    def listed(self, stage: str, key: str) -> bool:
+        """Whether the stage's folder has an entry of that key (intact or not)."""
+        return key in self._names(stage)
+
     def has(self, stage: str, key: str) -> bool:
         if key not in self._names(stage):
             return False

@@ -50,6 +50,8 @@ class PointPlan:
     #: Stages whose outputs the cache stores, in graph order (none when not runnable).
     stored: tuple[str, ...]
     cached: tuple[str, ...]
+    #: Entries stored but damaged (files not what was written): computed again next run.
+    damaged: tuple[str, ...] = ()
 
     @property
     def state(self) -> CacheState:
@@ -66,11 +68,17 @@ class PointPlan:
             return f"[yellow]not runnable[/]: {escape(self.point.blocked or '')}"
         if state == "all":
             return "all stages cached"
-        return f"cached: {', '.join(self.cached)}" if self.cached else "nothing cached"
+        text = f"cached: {', '.join(self.cached)}" if self.cached else "nothing cached"
+        if self.damaged:
+            text += (f"; [red]damaged[/]: {', '.join(self.damaged)} (the next run computes "
+                     "it again)")
+        return text
 
 
-def plan_points(points: Sequence[Point], cache: Cache) -> list[PointPlan]:
-    """Every point with what of it is cached."""
+def plan_points(points: Sequence[Point], cache: Cache, *, verify: bool = False
+                ) -> list[PointPlan]:
+    """Every point with what of it is cached. `verify`: also check each cached entry
+    against its manifest (`Cache.check`: reads every file, so for small grids)."""
     index, memo = CacheIndex(cache), KeyMemo()
     plans = []
     for point in points:
@@ -83,14 +91,22 @@ def plan_points(points: Sequence[Point], cache: Cache) -> list[PointPlan]:
         # that has entries would be computed for nothing
         last = max((i for i, s in enumerate(stages) if s.name in stored and index.any(s.name)),
                    default=-1)
-        cached = []
+        cached, damaged = [], []
         if last >= 0:
             for i, (stage, key) in enumerate(iter_stage_keys(point, memo, stages)):
-                if stage in stored and index.has(stage, key):
+                if stage not in stored:
+                    pass
+                elif verify and index.listed(stage, key):
+                    check = cache.check(stage, key)
+                    if check.usable:
+                        cached.append(stage)
+                    elif check.damaged:
+                        damaged.append(stage)
+                elif index.has(stage, key):
                     cached.append(stage)
                 if i == last:
                     break
-        plans.append(PointPlan(point, stored, tuple(cached)))
+        plans.append(PointPlan(point, stored, tuple(cached), tuple(damaged)))
     return plans
 
 
