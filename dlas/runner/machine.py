@@ -28,7 +28,13 @@ from dlas.stages.base import Resources
 
 def lock_dir() -> Path:
     configured = os.environ.get("DLAS_LOCK_DIR")
-    path = Path(configured) if configured else Path(tempfile.gettempdir()) / "dlas-locks"
+    return _shared_dir(Path(configured) if configured
+                       else Path(tempfile.gettempdir()) / "dlas-locks")
+
+
+def _shared_dir(path: Path) -> Path:
+    """The lock directory, made on first use whoever names it (the default, the
+    environment or a caller), so a fresh machine or a fresh test never lacks it."""
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(PermissionError):
@@ -64,7 +70,7 @@ class MachineLock:
     """Shared for work, exclusive for timings (see the module doc)."""
 
     def __init__(self, directory: Path | None = None) -> None:
-        self.directory = Path(directory) if directory else lock_dir()
+        self.directory = _shared_dir(Path(directory)) if directory else lock_dir()
         #: Holds of this object in progress: a stage computing an upstream entry it
         #: found missing is already covered by the outer hold (locking again through a
         #: second descriptor would wait for ourselves).
