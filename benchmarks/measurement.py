@@ -132,6 +132,29 @@ def agreement(figs: dict[str, dict[str, dict[str, Any]]], runs: list[str],
     return out
 
 
+def paired_agreement(figs: dict[str, dict[str, dict[str, Any]]], runs: list[str],
+                     placement: str | None = None) -> list[float]:
+    """How much a comparison moves from run to run: for every two variants timed in the
+    same run (one model's group) and placement, |log| of (A/B in one run) over (A/B in
+    another). What the report's comparisons decide on; a drift of the whole machine
+    between runs cancels out of it."""
+    by_run: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for label, per_run in figs.items():
+        for run, rec in per_run.items():
+            if run in runs:
+                by_run[run][label] = rec
+    out: list[float] = []
+    for ra, rb in itertools.combinations(sorted(by_run), 2):
+        a, b = by_run[ra], by_run[rb]
+        for x, y in itertools.combinations(sorted(a.keys() & b.keys()), 2):
+            states = {a[x]["placement"], a[y]["placement"], b[x]["placement"],
+                      b[y]["placement"]}
+            if len(states) == 1 and placement in (None, *states):
+                out += log_ratios([(a[x]["median"] / a[y]["median"],
+                                    b[x]["median"] / b[y]["median"])])
+    return out
+
+
 def sweep_vs_alone(figs: dict[str, dict[str, dict[str, Any]]], sweep_run: set[str],
                    alone: list[str]) -> list[float]:
     out: list[float] = []
@@ -321,6 +344,7 @@ def main() -> None:
     row("dlas: run to run, alone", agreement(figs, alone_runs))
     for state in ("near", "far"):
         row(f"dlas: run to run, alone, {state} only", agreement(figs, alone_runs, state))
+    row("dlas: run to run, A/B ratio of two variants", paired_agreement(figs, alone_runs))
     for name, runs in peers.items():
         pairs, mixed = [], 0
         for a, b in itertools.combinations(runs, 2):

@@ -24,6 +24,8 @@ from dlas.measure.placement import (
 )
 from dlas.measure.record import TimingRun
 from dlas.measure.rounds import (
+    CONTENDED,
+    CONTENTION_FACTOR,
     MIXED,
     RoundSampler,
     RoundsPolicy,
@@ -216,6 +218,66 @@ def test_a_chunk_whose_placement_changed_is_mixed_and_does_not_count() -> None:
     assert first[0].rounds[0].round_trip_ns == [NS[NEAR], NS[FAR]]
     assert len(first[0].rounds) == 4 and len(first[0].usable_rounds()) == 3
     assert states(other[0]) == [NEAR] * 4 and out.placement == NEAR
+
+
+def contended_probe(clock: FakeClock, busy: Callable[[float], bool],
+                    usual: float = 9.0) -> PlacementProbe:
+    """Always near; CPU 1's cache reading is 1.5x its usual value while `busy(now)` (a
+    guest sharing its core), CPU 0's never moves."""
+    return PlacementProbe(
+        [0, 1], bursts=1, reader=lambda a, b: NS[NEAR],
+        cache_reader=lambda cpu: usual * (1.5 if cpu == 1 and busy(clock.now) else 1.0))
+
+
+def test_chunks_taken_while_a_core_is_contended_are_left_out_and_taken_again() -> None:
+    """Contention from the 10th to the 30th ms of fake time: the chunks around it are
+    labelled contended, kept with their cache readings but not usable, and the run goes
+    on until every subject has min_rounds clean near chunks."""
+    clock = FakeClock()
+    policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
+                          settle_s=0.0)
+    s, _, _ = sampler(["a", "b"], policy, clock=clock,
+                      placement=contended_probe(clock, lambda t: 0.010 <= t < 0.030))
+    out = s.run()
+    assert out.placement == NEAR
+    for run in out.runs.values():
+        labels = states(run)
+        assert CONTENDED in labels and set(labels) == {NEAR, CONTENDED}
+        assert len(run.usable_rounds(NEAR)) >= 4 and len(run.rounds) > 4
+        busy = [r for r in run.rounds if r.placement == CONTENDED]
+        assert all(len(r.cache_ns) == 2 and len(r.cache_ns[0]) == 2 for r in busy)
+        assert all(max(v for reading in r.cache_ns for v in reading if v) > 9.0 * 1.2
+                   for r in busy)
+    assert any(e["event"] == "contended" for e in next(iter(out.runs.values())).events)
+
+
+def test_contention_is_judged_against_the_whole_runs_usual_reading() -> None:
+    """A run that starts inside a contention spell: its first chunks look usual against
+    the few readings seen so far, and are relabelled once the run has seen the CPU's
+    usual reading."""
+    clock = FakeClock()
+    policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
+                          settle_s=0.0)
+    s, _, _ = sampler(["a", "b"], policy, clock=clock,
+                      placement=contended_probe(clock, lambda t: t < 0.012))
+    out = s.run()
+    for run in out.runs.values():
+        assert run.rounds[0].placement == CONTENDED
+        assert len(run.usable_rounds(NEAR)) >= 4
+
+
+def test_a_reading_that_always_looks_contended_is_ignored_not_fatal() -> None:
+    """If every chunk read as contended (a probe that says nothing useful), contention is
+    ignored and the figure comes from the placement, with an event saying so."""
+    s = RoundSampler([FakeSubject("a", FakeClock(), [])], RoundsPolicy(min_rounds=2),
+                     placement=None, load=None)
+    from dlas.measure.rounds import _Chunk, _Round
+
+    chunk = _Chunk(NEAR, [80.0, 80.0], [1e-3], state=NEAR, cache_ns=[[20.0, 9.0]])
+    s._cache_seen = {0: [9.0] * 10, 1: [9.0] * 10}
+    assert s._relabel([_Round(0, False, None, 0.0, {"a": chunk})]) == (0, True)
+    assert chunk.placement == NEAR
+    assert CONTENTION_FACTOR > 1.0
 
 
 def test_far_is_used_only_after_the_placement_budget() -> None:

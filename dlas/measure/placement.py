@@ -37,6 +37,8 @@ FAR_MAX_NS = 1000.0
 #: Round trips per burst and bursts per reading (the reading is their median).
 ITERS = 4000
 BURSTS = 3
+#: Passes of the cache-contention reading per CPU (about 5 us each).
+CACHE_PASSES = 3
 
 #: Labels. A measurement on one CPU does not synchronise across CPUs: `SINGLE` compares
 #: with every placement. `UNKNOWN`: no probe could run (no C compiler, a remote board).
@@ -70,10 +72,13 @@ def comparable(a: str | None, b: str | None) -> bool:
 
 @dataclass(frozen=True)
 class PlacementReading:
-    """One probe reading: the label and the slowest round trip from the first CPU."""
+    """One probe reading: the label, the slowest round trip from the first CPU, and the
+    cache-contention reading of each CPU (`cache_stream_ns`, in the probe's CPU order;
+    empty when not read)."""
 
     state: str
     round_trip_ns: float | None = None
+    cache_ns: tuple[float | None, ...] = ()
 
 
 def _cache_dir() -> Path:
@@ -127,6 +132,8 @@ def _load() -> ctypes.CDLL | None:
                 lib = ctypes.CDLL(str(build_library()))
                 lib.dlas_pingpong_ns.restype = ctypes.c_double
                 lib.dlas_pingpong_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long]
+                lib.dlas_cache_stream_ns.restype = ctypes.c_double
+                lib.dlas_cache_stream_ns.argtypes = [ctypes.c_int, ctypes.c_int]
                 _library = lib
             except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
                 _build_error = str(exc)
@@ -148,6 +155,16 @@ def round_trip_ns(cpu_a: int, cpu_b: int, iters: int = ITERS) -> float | None:
     return value if value > 0 else None
 
 
+def cache_stream_ns(cpu: int, passes: int = CACHE_PASSES) -> float | None:
+    """Nanoseconds per KiB streamed from a core-sized cache buffer on `cpu` (best of
+    `passes`); None if not measurable. High while another guest shares the core."""
+    lib = _load()
+    if lib is None:
+        return None
+    value = float(lib.dlas_cache_stream_ns(int(cpu), int(passes)))
+    return value if value > 0 else None
+
+
 class PlacementProbe:
     """Reads the placement of the CPUs a measurement's threads run on.
 
@@ -157,10 +174,14 @@ class PlacementProbe:
     """
 
     def __init__(self, cpus: Sequence[int], *, bursts: int = BURSTS,
-                 reader: Callable[[int, int], float | None] | None = None) -> None:
+                 reader: Callable[[int, int], float | None] | None = None,
+                 cache_reader: Callable[[int], float | None] | None = None) -> None:
         self.cpus = list(cpus)
         self.bursts = max(1, bursts)
         self._read = reader or round_trip_ns
+        #: Reads a CPU's cache contention; by default the native one, unless `reader`
+        #: was replaced (a test's fake placement) and this was not.
+        self._cache = cache_reader or (cache_stream_ns if reader is None else None)
 
     def read(self) -> PlacementReading:
         if len(self.cpus) < 2:
@@ -174,7 +195,8 @@ class PlacementProbe:
                 return PlacementReading(UNKNOWN)
             value = statistics.median(good)
             worst = value if worst is None else max(worst, value)
-        return PlacementReading(classify(worst), worst)
+        cache = tuple(self._cache(cpu) for cpu in self.cpus) if self._cache else ()
+        return PlacementReading(classify(worst), worst, cache)
 
     def describe(self) -> dict[str, object]:
         return {"kind": "core-to-core round trip", "cpus": self.cpus,

@@ -22,7 +22,8 @@ class TimingRound(BaseModel):
     index: int
     #: Placement of the measurement's CPUs over the round (`dlas.measure.placement`):
     #: near, far, single (one CPU), unknown (no probe), erratic (the probe was
-    #: disturbed), or mixed (it changed during the round).
+    #: disturbed), mixed (it changed during the round), or contended (another guest
+    #: shared a measurement CPU's core: `cache_ns` rose; `dlas.measure.rounds`).
     placement: str
     #: Round trips read before and after the round, ns.
     round_trip_ns: list[float | None] = Field(default_factory=list)
@@ -36,6 +37,9 @@ class TimingRound(BaseModel):
     #: (what may have left its threads spinning or its weights in the caches).
     position: int = 0
     previous: str | None = None
+    #: Cache-contention readings (ns per KiB streamed, `dlas.measure.placement`), per
+    #: CPU, before and after the chunk; empty when not read.
+    cache_ns: list[list[float | None]] = Field(default_factory=list)
     samples_ms: list[float]
 
 
@@ -76,7 +80,7 @@ class TimingRun(BaseModel):
         from dlas.measure.placement import ERRATIC
 
         return [r for r in self.rounds
-                if r.placement not in ("mixed", ERRATIC) and not r.loaded
+                if r.placement not in ("mixed", "contended", ERRATIC) and not r.loaded
                 and (placement is None or r.placement == placement)]
 
     def loaded_rounds(self) -> list[TimingRound]:

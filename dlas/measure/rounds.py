@@ -56,6 +56,18 @@ from dlas.measure.record import TimingRound, TimingRun
 
 #: Label of a chunk whose placement changed while it was taken.
 MIXED = "mixed"
+#: Label of a chunk taken while another guest contended for a measurement CPU's core:
+#: its cache reading (`dlas.measure.placement.cache_stream_ns`) before or after the chunk
+#: exceeded `CONTENTION_FACTOR` x that CPU's usual reading. Not used, like MIXED.
+CONTENDED = "contended"
+#: Labels of chunks that are never used for a figure.
+UNUSABLE = (MIXED, CONTENDED, ERRATIC)
+#: A cache reading this many times the CPU's usual one (its 10th percentile over the
+#: run) means contention. Measured on Zen 5 (docs/timing.md): flags 67-88% of the spells
+#: that slowed one-thread ONNX Runtime by 15% or more, and 6-14% of the other readings.
+CONTENTION_FACTOR = 1.2
+#: Readings of a CPU needed before its usual reading is trusted.
+CONTENTION_MIN_READINGS = 6
 #: A chunk lasts at most about this long (fewer samples per chunk for slow variants):
 #: the shorter a chunk, the less often a placement change falls inside it.
 CHUNK_MAX_S = 0.25
@@ -116,6 +128,10 @@ class _Chunk:
     at_s: float = 0.0
     position: int = 0
     previous: str | None = None
+    #: The placement read around the chunk (`placement` is CONTENDED when the cache
+    #: readings said so), and those readings: per CPU, before and after.
+    state: str = ""
+    cache_ns: list[list[float | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -199,6 +215,9 @@ class RoundSampler:
         self._per_sample: dict[str, float] = {}
         self._extra_s = 0.0  # waiting and discarded rounds, against the noise budget
         self._retries = 0
+        #: Every cache reading per CPU position (`dlas.measure.placement`), for the
+        #: contention judgement.
+        self._cache_seen: dict[int, list[float]] = {}
 
     # -- one round --------------------------------------------------------------------
 
@@ -208,6 +227,44 @@ class RoundSampler:
         if self.placement is None:
             return PlacementReading(UNKNOWN)
         return self.placement.read()
+
+    def _note_cache(self, cache: list[list[float | None]]) -> None:
+        for reading in cache:
+            for cpu, value in enumerate(reading):
+                if value is not None:
+                    self._cache_seen.setdefault(cpu, []).append(value)
+
+    def _usual_cache(self) -> dict[int, float]:
+        """Each CPU's usual cache reading (10th percentile), once there are enough."""
+        return {cpu: float(np.percentile(values, 10))
+                for cpu, values in self._cache_seen.items()
+                if len(values) >= CONTENTION_MIN_READINGS}
+
+    def _contended(self, cache: list[list[float | None]],
+                   usual: dict[int, float] | None = None) -> bool:
+        usual = self._usual_cache() if usual is None else usual
+        return any(value is not None and cpu in usual
+                   and value > CONTENTION_FACTOR * usual[cpu]
+                   for reading in cache for cpu, value in enumerate(reading))
+
+    def _relabel(self, kept: list[_Round]) -> tuple[int, bool]:
+        """Judge every chunk's contention again against the usual readings seen so far
+        (early chunks were judged against few; a run that began inside a spell learns
+        what usual is later). Returns (how many are contended, whether contention was
+        ignored): when every chunk would be contended, none is (the readings then say
+        nothing useful)."""
+        usual = self._usual_cache()
+        verdicts = {(r.index, label): self._contended(c.cache_ns, usual)
+                    for r in kept for label, c in r.chunks.items()
+                    if c.state and c.state not in UNUSABLE}
+        ignored = bool(verdicts) and all(verdicts.values())
+        if ignored:
+            verdicts = dict.fromkeys(verdicts, False)
+        for r in kept:
+            for label, c in r.chunks.items():
+                if (r.index, label) in verdicts:
+                    c.placement = CONTENDED if verdicts[(r.index, label)] else c.state
+        return sum(verdicts.values()), ignored
 
     def _chunk_size(self, subject: Subject) -> int:
         """Samples in the subject's next chunk: its share of the samples per round, fewer
@@ -234,13 +291,38 @@ class RoundSampler:
             after = self._read_placement()
             if samples:
                 self._per_sample[subject.label] = float(np.median(samples))
-            chunks[subject.label] = _Chunk(round_placement(before, after),
+            state = round_placement(before, after)
+            cache = [list(before.cache_ns), list(after.cache_ns)]
+            self._note_cache(cache)
+            label = CONTENDED if state not in UNUSABLE and self._contended(cache) else state
+            chunks[subject.label] = _Chunk(label,
                                            [before.round_trip_ns, after.round_trip_ns],
-                                           samples, chunk_at, position, previous)
+                                           samples, chunk_at, position, previous, state,
+                                           cache)
             previous = subject.label
         reading = self.load.end(mark) if (self.load is not None and mark is not None) else None
         return _Round(index, bool(reading and reading.loaded),
                       None if reading is None else round(reading.other_cores, 3), at, chunks)
+
+    @staticmethod
+    def _tally(kept: list[_Round], labels: list[str]
+               ) -> tuple[dict[str, Counter[str]], dict[str, Counter[str]],
+                          dict[str, Counter[str]]]:
+        """Per subject and placement: usable chunks (known placement, not contended,
+        quiet machine), their samples, and chunks with a known placement quiet or not.
+        Counted afresh after every round: a chunk's contention verdict can change."""
+        counts = {label: Counter[str]() for label in labels}
+        samples = {label: Counter[str]() for label in labels}
+        placed = {label: Counter[str]() for label in labels}
+        for rnd in kept:
+            for label, chunk in rnd.chunks.items():
+                if chunk.placement in UNUSABLE:
+                    continue
+                placed[label][chunk.placement] += 1
+                if not rnd.loaded:
+                    counts[label][chunk.placement] += 1
+                    samples[label][chunk.placement] += len(chunk.samples_s)
+        return counts, samples, placed
 
     def _budget_left(self) -> float:
         return self.policy.noise_budget_s - self._extra_s
@@ -293,6 +375,7 @@ class RoundSampler:
         enough_since: float | None = None
         rounds_since: float | None = None  # when min_rounds rounds had been kept
         index = 0
+        contended, ignored = 0, False
 
         def everyone(state: str, tally: dict[str, Counter[str]]) -> bool:
             return all(tally[label][state] >= policy.min_rounds for label in labels)
@@ -304,12 +387,8 @@ class RoundSampler:
             if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
                 continue
             kept.append(rnd)
-            for label, chunk in rnd.chunks.items():
-                if chunk.placement not in (MIXED, ERRATIC):
-                    placed[label][chunk.placement] += 1
-                    if not rnd.loaded:
-                        counts[label][chunk.placement] += 1
-                        samples[label][chunk.placement] += len(chunk.samples_s)
+            contended, ignored = self._relabel(kept)
+            counts, samples, placed = self._tally(kept, labels)
             rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
                        if v is not None), None)
             self.on_round(len(kept), rnd.summary(), rt)
@@ -355,6 +434,19 @@ class RoundSampler:
             placement = choose_placement(any_placed, policy.min_rounds) or MIXED
             notes.append(f"no round had a steady placement on a quiet machine; the figure "
                          f"uses the {placement} rounds")
+        chunks = sum(len(r.chunks) for r in kept)
+        if ignored:
+            self.events.append({"event": "contention_ignored",
+                                "reason": "every chunk read as contended"})
+        if contended:
+            self.events.append({"event": "contended", "chunks": contended,
+                                "of": chunks, "usual_cache_ns": {
+                                    str(cpu): round(v, 3)
+                                    for cpu, v in self._usual_cache().items()}})
+        if chunks and contended > chunks // 4:
+            notes.append(f"{contended} of {chunks} chunks were taken while another guest "
+                         "shared a measurement CPU's core (cache reading up by "
+                         f"{CONTENTION_FACTOR - 1:.0%} or more); they are left out")
         seconds = self.clock() - started
         runs = {}
         for subject in self.subjects:
@@ -366,6 +458,7 @@ class RoundSampler:
                     round_trip_ns=chunk.round_trip_ns, loaded=r.loaded,
                     other_cores=r.other_cores, at_s=round(chunk.at_s, 3),
                     position=chunk.position, previous=chunk.previous,
+                    cache_ns=chunk.cache_ns,
                     samples_ms=[s * 1e3 for s in chunk.samples_s]))
             runs[subject.label] = TimingRun(
                 run_id=run_id, started_at=started_at, source=self.source,
