@@ -59,13 +59,16 @@ MIXED = "mixed"
 #: Label of a chunk taken while another guest contended for a measurement CPU's core:
 #: its cache reading (`dlas.measure.placement.cache_stream_ns`) before or after the chunk
 #: exceeded `CONTENTION_FACTOR` x that CPU's usual reading. Not used, like MIXED.
+#: Only the reading before the chunk judges: the one after it also reads the variant's
+#: own pool threads still spinning (PyTorch's OpenMP: 10.4 vs 8.6 ns/KiB before).
 CONTENDED = "contended"
 #: Labels of chunks that are never used for a figure.
 UNUSABLE = (MIXED, CONTENDED, ERRATIC)
 #: A cache reading this many times the CPU's usual one (its 10th percentile over the
-#: run) means contention. Measured on Zen 5 (docs/timing.md): flags 67-88% of the spells
-#: that slowed one-thread ONNX Runtime by 15% or more, and 6-14% of the other readings.
-CONTENTION_FACTOR = 1.2
+#: run) means contention. Measured on Zen 5 (docs/timing.md): 1.3 flags 47-67% of the
+#: spells that slowed one-thread ONNX Runtime by 15% or more and 2-4% of the other
+#: readings; 1.2 flagged 45-65% of all chunks in real timing runs, doubling their length.
+CONTENTION_FACTOR = 1.3
 #: Readings of a CPU needed before its usual reading is trusted.
 CONTENTION_MIN_READINGS = 6
 #: A chunk lasts at most about this long (fewer samples per chunk for slow variants):
@@ -242,10 +245,11 @@ class RoundSampler:
 
     def _contended(self, cache: list[list[float | None]],
                    usual: dict[int, float] | None = None) -> bool:
+        """Whether the reading before a chunk (`cache[0]`, per CPU) shows contention."""
         usual = self._usual_cache() if usual is None else usual
         return any(value is not None and cpu in usual
                    and value > CONTENTION_FACTOR * usual[cpu]
-                   for reading in cache for cpu, value in enumerate(reading))
+                   for cpu, value in enumerate(cache[0] if cache else []))
 
     def _relabel(self, kept: list[_Round]) -> tuple[int, bool]:
         """Judge every chunk's contention again against the usual readings seen so far
@@ -293,7 +297,7 @@ class RoundSampler:
                 self._per_sample[subject.label] = float(np.median(samples))
             state = round_placement(before, after)
             cache = [list(before.cache_ns), list(after.cache_ns)]
-            self._note_cache(cache)
+            self._note_cache(cache[:1])
             label = CONTENDED if state not in UNUSABLE and self._contended(cache) else state
             chunks[subject.label] = _Chunk(label,
                                            [before.round_trip_ns, after.round_trip_ns],

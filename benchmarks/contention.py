@@ -1,0 +1,111 @@
+"""Does the cache-contention reading see what slows a one-thread inference on each vCPU?
+
+On the 2-vCPU cloud VMs dlas runs on, a one-thread ONNX Runtime inference sometimes runs
+25-45% slower on one vCPU for seconds to a minute while the placement probe reads
+"near" and the clock does not move (docs/timing.md). `dlas.measure.rounds` leaves out
+chunks whose cache reading (`dlas.measure.placement.cache_stream_ns`) is above
+`CONTENTION_FACTOR` x the CPU's usual one. This probe checks that rule on this machine:
+for DURATION seconds it alternates, on each CPU, a cache reading and a median of 20
+one-thread ONNX Runtime calls, and prints, per CPU, how often the rule fires during the
+slow spells (inference above 1.15x its lower quartile) and outside them, for several
+factors, and the correlation of the two.
+
+    python benchmarks/contention.py [--seconds 180] [--onnx MODEL.onnx]
+
+Without --onnx it exports a small MobileNetV2-like network (depthwise and pointwise convs,
+about 2 MB of weights) with PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def small_model(path: Path) -> None:
+    import torch
+    from torch import nn
+
+    def block(c_in: int, c_out: int, stride: int) -> nn.Module:
+        mid = c_in * 6
+        return nn.Sequential(nn.Conv2d(c_in, mid, 1), nn.ReLU6(),
+                             nn.Conv2d(mid, mid, 3, stride, 1, groups=mid), nn.ReLU6(),
+                             nn.Conv2d(mid, c_out, 1))
+
+    net = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1), *[block(c, d, s) for c, d, s in
+                        [(16, 24, 1), (24, 32, 2), (32, 64, 2), (64, 96, 1), (96, 160, 2)]],
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(160, 10)).eval()
+    torch.onnx.export(net, (torch.randn(1, 3, 32, 32),), str(path), dynamo=False)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=180.0)
+    parser.add_argument("--onnx", type=Path, default=None)
+    args = parser.parse_args()
+
+    import onnxruntime as ort
+
+    from dlas.measure.placement import cache_stream_ns, round_trip_ns
+    from dlas.measure.rounds import CONTENTION_FACTOR
+
+    path = args.onnx
+    if path is None:
+        path = Path(tempfile.mkdtemp()) / "small.onnx"
+        small_model(path)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    inp = session.get_inputs()[0]
+    x = np.random.default_rng(0).standard_normal(
+        [d if isinstance(d, int) else 1 for d in inp.shape]).astype(np.float32)
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    cache: dict[int, list[float]] = {c: [] for c in cpus}
+    infer: dict[int, list[float]] = {c: [] for c in cpus}
+    trips: list[float] = []
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            reading = cache_stream_ns(cpu)
+            session.run(None, {inp.name: x})
+            times = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                session.run(None, {inp.name: x})
+                times.append(time.perf_counter() - t0)
+            if reading is not None:
+                cache[cpu].append(reading)
+                infer[cpu].append(float(np.median(times)) * 1e3)
+        os.sched_setaffinity(0, set(cpus))
+        if len(cpus) > 1:
+            rt = round_trip_ns(cpus[0], cpus[1])
+            if rt is not None:
+                trips.append(rt)
+        time.sleep(0.2)
+    print(f"{len(infer[cpus[0]])} readings per CPU over {args.seconds:.0f} s; round trip "
+          f"median {np.median(trips) if trips else float('nan'):.0f} ns")
+    for cpu in cpus:
+        c, o = np.array(cache[cpu]), np.array(infer[cpu])
+        if len(c) < 10:
+            continue
+        slow = o > 1.15 * np.percentile(o, 25)
+        usual = np.percentile(c, 10)
+        print(f"\nCPU {cpu}: inference lower quartile {np.percentile(o, 25):.3f} ms, "
+              f"{slow.mean():.0%} of readings slow; cache usual {usual:.2f} ns/KiB; "
+              f"correlation {np.corrcoef(o, c)[0, 1]:.2f}")
+        for factor in sorted({1.1, 1.15, CONTENTION_FACTOR, 1.3}):
+            flagged = c > factor * usual
+            hit = flagged[slow].mean() if slow.any() else float("nan")
+            print(f"  factor {factor:.2f}{' (dlas)' if factor == CONTENTION_FACTOR else '':7}"
+                  f" flags {hit:.0%} of slow readings, {flagged[~slow].mean():.0%} of others")
+
+
+if __name__ == "__main__":
+    main()
