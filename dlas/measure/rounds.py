@@ -56,11 +56,12 @@ from dlas.measure.record import TimingRound, TimingRun
 
 #: Label of a chunk whose placement changed while it was taken.
 MIXED = "mixed"
-#: Label of a chunk taken while another guest contended for a measurement CPU's core:
-#: its cache reading (`dlas.measure.placement.cache_stream_ns`) before or after the chunk
-#: exceeded `CONTENTION_FACTOR` x that CPU's usual reading. Not used, like MIXED.
-#: Only the reading before the chunk judges: the one after it also reads the variant's
-#: own pool threads still spinning (PyTorch's OpenMP: 10.4 vs 8.6 ns/KiB before).
+#: Label of a chunk taken while something else used a measurement CPU's core caches
+#: (most likely another guest on its SMT sibling): the cache reading right before the
+#: chunk (`dlas.measure.placement.cache_stream_ns`) exceeded `CONTENTION_FACTOR` x that
+#: CPU's usual reading. Not used, like MIXED. The reading after the chunk is recorded
+#: but does not judge: it also reads the variant's own pool threads still spinning
+#: (after PyTorch's chunks: 10.4 ns/KiB, against 8.6 before them).
 CONTENDED = "contended"
 #: Labels of chunks that are never used for a figure.
 UNUSABLE = (MIXED, CONTENDED, ERRATIC)
@@ -448,8 +449,8 @@ class RoundSampler:
                                     str(cpu): round(v, 3)
                                     for cpu, v in self._usual_cache().items()}})
         if chunks and contended > chunks // 4:
-            notes.append(f"{contended} of {chunks} chunks were taken while another guest "
-                         "shared a measurement CPU's core (cache reading up by "
+            notes.append(f"{contended} of {chunks} chunks were taken while something else "
+                         "used a measurement CPU's core caches (cache reading up by "
                          f"{CONTENTION_FACTOR - 1:.0%} or more); they are left out")
         seconds = self.clock() - started
         runs = {}

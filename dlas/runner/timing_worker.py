@@ -221,4 +221,9 @@ def exit_now(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    exit_now(main())
+    try:
+        status = main()
+    except Exception:  # noqa: BLE001 - say what failed, then leave the same quick way
+        traceback.print_exc()
+        status = 1
+    exit_now(status)
