@@ -157,7 +157,7 @@ def round_trip_ns(cpu_a: int, cpu_b: int, iters: int = ITERS) -> float | None:
 
 def cache_stream_ns(cpu: int, passes: int = CACHE_PASSES) -> float | None:
     """Nanoseconds per KiB streamed from a core-sized cache buffer on `cpu` (best of
-    `passes`); None if not measurable. High while another guest shares the core."""
+    `passes`); None if not measurable. High while something else uses the core's caches."""
     lib = _load()
     if lib is None:
         return None

@@ -22,8 +22,8 @@ class TimingRound(BaseModel):
     index: int
     #: Placement of the measurement's CPUs over the round (`dlas.measure.placement`):
     #: near, far, single (one CPU), unknown (no probe), erratic (the probe was
-    #: disturbed), mixed (it changed during the round), or contended (another guest
-    #: shared a measurement CPU's core: `cache_ns` rose; `dlas.measure.rounds`).
+    #: disturbed), mixed (it changed during the round), or contended (something
+    #: else used a measurement CPU's core caches: `cache_ns` rose; `dlas.measure.rounds`).
     placement: str
     #: Round trips read before and after the round, ns.
     round_trip_ns: list[float | None] = Field(default_factory=list)
@@ -77,10 +77,10 @@ class TimingRun(BaseModel):
     def usable_rounds(self, placement: str | None = None) -> list[TimingRound]:
         """Rounds with a known placement (not mixed, erratic or loaded), optionally only
         those in `placement`."""
-        from dlas.measure.placement import ERRATIC
+        from dlas.measure.rounds import UNUSABLE
 
         return [r for r in self.rounds
-                if r.placement not in ("mixed", "contended", ERRATIC) and not r.loaded
+                if r.placement not in UNUSABLE and not r.loaded
                 and (placement is None or r.placement == placement)]
 
     def loaded_rounds(self) -> list[TimingRound]:

@@ -244,10 +244,9 @@ class RoundSampler:
                 for cpu, values in self._cache_seen.items()
                 if len(values) >= CONTENTION_MIN_READINGS}
 
-    def _contended(self, cache: list[list[float | None]],
-                   usual: dict[int, float] | None = None) -> bool:
+    @staticmethod
+    def _contended(cache: list[list[float | None]], usual: dict[int, float]) -> bool:
         """Whether the reading before a chunk (`cache[0]`, per CPU) shows contention."""
-        usual = self._usual_cache() if usual is None else usual
         return any(value is not None and cpu in usual
                    and value > CONTENTION_FACTOR * usual[cpu]
                    for cpu, value in enumerate(cache[0] if cache else []))
@@ -299,8 +298,8 @@ class RoundSampler:
             state = round_placement(before, after)
             cache = [list(before.cache_ns), list(after.cache_ns)]
             self._note_cache(cache[:1])
-            label = CONTENDED if state not in UNUSABLE and self._contended(cache) else state
-            chunks[subject.label] = _Chunk(label,
+            # labelled contended or not by `_relabel` once the round is kept
+            chunks[subject.label] = _Chunk(state,
                                            [before.round_trip_ns, after.round_trip_ns],
                                            samples, chunk_at, position, previous, state,
                                            cache)
@@ -372,11 +371,7 @@ class RoundSampler:
         target = self.target_placement()
         labels = [s.label for s in self.subjects]
         kept: list[_Round] = []
-        # per subject: usable chunks (known placement, quiet machine) and their samples,
-        # and chunks with a known placement quiet or not
-        counts = {label: Counter[str]() for label in labels}
-        samples = {label: Counter[str]() for label in labels}
-        placed = {label: Counter[str]() for label in labels}
+        counts, samples, placed = self._tally(kept, labels)
         enough_since: float | None = None
         rounds_since: float | None = None  # when min_rounds rounds had been kept
         index = 0

@@ -102,12 +102,12 @@ double dlas_work_ns(int cpu_a, int cpu_b, long iters) {
 
 /* Cache contention on one CPU: nanoseconds per KiB of streaming reads over a buffer
  * sized like a recent core's L2 (768 KiB), best of `passes` passes, the caller pinned
- * to `cpu` meanwhile (its affinity restored). Measured on a 2-vCPU Zen 5 VM: while
- * another guest shares that vCPU's core (the SMT sibling, hence L1/L2), one-thread ONNX
- * Runtime runs 25-45% slower and this reading rises with it (about 0.55 -> 0.65-0.80 ns
- * per KiB), while a dependent multiply-add chain (the clock) and FMA throughput do not
- * move: neither the ping-pong nor a compute probe can see it. Returns -1 when the CPU
- * cannot be used. */
+ * to `cpu` meanwhile (its affinity restored). Measured on a 2-vCPU Zen 5 VM: in spells
+ * when something else uses that vCPU's core caches (most likely another guest on its SMT
+ * sibling), one-thread ONNX Runtime runs 25-45% slower and this reading rises 15-45% with
+ * it (about 9 ns per KiB usually), while a dependent multiply-add chain (the clock) and
+ * FMA throughput do not move: neither the ping-pong nor a compute probe can see it.
+ * Returns -1 when the CPU cannot be used. */
 #define STREAM_BYTES (768 * 1024)
 typedef long long stream_vec __attribute__((vector_size(16)));
 static stream_vec stream_buf[STREAM_BYTES / sizeof(stream_vec)];
