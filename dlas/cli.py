@@ -231,6 +231,37 @@ def cmd_results(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    from dlas.profile.collect import profile_sweep
+    from dlas.profile.render import as_json, limits_line, point_table
+
+    config = load_config(args.config)
+    ws = _workspace(args)
+    if not ws.db_path.exists():
+        console.print(f"no results database at {ws.db_path}; run the sweep first (dlas run "
+                      f"{args.config}) or pass --workspace")
+        return 1
+    say = (lambda text: print(text, file=sys.stderr)) if args.json else \
+        (lambda text: console.print(text, markup=False))
+    result = profile_sweep(config, ws, refresh=args.refresh, note=say)
+    if args.json:
+        print(json.dumps(as_json(result), indent=1, default=str))
+    else:
+        shown: list[dict[str, Any]] = []
+        for item in result.points:
+            if item.limits is not None and item.limits not in shown:
+                shown.append(item.limits)
+                console.print(limits_line(item.limits), markup=False)
+            if item.profile is not None:
+                console.print(point_table(item))
+            else:
+                console.print(f"{item.point.describe()}: not profiled ({item.error})", markup=False)
+    if result.unmeasured:
+        say(f"{result.unmeasured} point(s) of the sweep have no measured row (not run, "
+            "failed or not runnable): not profiled")
+    return 1 if any(item.profile is None for item in result.points) else 0
+
+
 def _print_report_files(files) -> None:  # noqa: ANN001 - dlas.report.ReportFiles
     console.print(f"report written: {files.html}")
     console.print(f"                {files.markdown} (+ {len(files.figures)} figures in "
@@ -339,6 +370,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "'auto' for the one running on this machine); default: $RAY_ADDRESS, "
                         "else a new local Ray instance")
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("profile", help="per-layer profile of every measured point of a "
+                                       "sweep, each layer on the machine's roofline")
+    p.add_argument("config")
+    workspace_args(p)
+    p.add_argument("--json", action="store_true",
+                   help="print per point its latency and layers (time_us, flops, bytes, "
+                        "roof_fraction) and the machine's measured limits as JSON")
+    p.add_argument("--refresh", action="store_true",
+                   help="profile again points that already have a stored profile")
+    p.set_defaults(fn=cmd_profile)
 
     p = sub.add_parser("results", help="print results, optionally export CSV")
     workspace_args(p)

@@ -173,6 +173,22 @@ def describe(spec: ConvSpec) -> str:
     )
 
 
+#: The algorithm name recorded for a conv TVM's own lowering computes.
+DEFAULT_LOWERING = "tvm-default"
+
+
+@dataclass(frozen=True)
+class ConvLowering:
+    """How one conv of the model was lowered: its index in the model, its spec (None when
+    it has none, e.g. a non-NCHW layout), the algorithm (`DEFAULT_LOWERING` for TVM's
+    own) and its weight's non-zeros (None when the weight is not a constant)."""
+
+    index: int
+    spec: ConvSpec | None
+    algorithm: str
+    nnz: int | None
+
+
 class ConvLegalizer:
     """`customize_legalize_map` entry for relax.nn.conv2d that uses one algorithm."""
 
@@ -185,6 +201,9 @@ class ConvLegalizer:
         self.made: dict[str, tuple[str, ConvSpec]] = {}
         #: The algorithms that lowered convs: the chosen one and its fallback, if used.
         self.used: dict[str, ConvAlgorithm] = {}
+        #: Every conv in lowering (= the model's) order: what the per-layer profile maps
+        #: kernels back to (`dlas.profile.kernels`).
+        self.layers: list[ConvLowering] = []
 
     def __call__(self, bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         index = self.conv_count
@@ -200,11 +219,14 @@ class ConvLegalizer:
                 self.fallbacks.append(fallback_notes.algorithm_fallback(
                     index, describe(spec), algorithm.name, reason, fallback.name))
                 algorithm, reason = fallback, None
+        nnz = None if weight_value is None else int(np.count_nonzero(weight_value))
         if reason is not None:
             where = describe(spec) if spec is not None else "conv2d"
             self.fallbacks.append(fallback_notes.default_lowering(index, where, reason))
+            self.layers.append(ConvLowering(index, spec, DEFAULT_LOWERING, nnz))
             return self.default(bb, call)
         self.used[algorithm.name] = algorithm
+        self.layers.append(ConvLowering(index, spec, algorithm.name, nnz))
         constants = algorithm.weight_constants(spec, weight_value)
         if constants is None:
             names, weights = [RAW_WEIGHT], [call.args[1]]

@@ -69,6 +69,9 @@ class TimingRequest:
     probe_placement: bool
     source: str = "sweep"
     seed: int = 0
+    #: "time" (the members' timing entries) or "profile" (their per-layer profiles,
+    #: `dlas.profile.worker`).
+    mode: str = "time"
 
 
 @dataclass

@@ -117,6 +117,7 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
     context = TimingContext(cpus=request.cpus)
     results: dict[str, dict[str, Any]] = {}
     timed: list[tuple[Any, Timed, MeasureFacts]] = []
+    inputs_of: dict[str, Inputs] = {}
     try:
         for member in request.members:
             emit(event="subject", label=member.label)
@@ -140,11 +141,16 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
                     results[member.label] = {"facts": facts.to_meta()}
                     continue
                 timed.append((member, made, facts))
+                inputs_of[member.label] = inputs
             except Exception as exc:  # noqa: BLE001 - the member fails, the others go on
                 results[member.label] = {"error": f"{type(exc).__name__}: {exc}",
                                          "traceback": traceback.format_exc()}
         emit(event="subject", label=None)
-        if timed:
+        if timed and request.mode == "profile":
+            from dlas.profile.worker import profile_members
+
+            results.update(profile_members(request, timed, inputs_of, emit))
+        elif timed:
             first = timed[0][1]
             placement = None
             if request.probe_placement:

@@ -30,6 +30,7 @@ class TvmVariant(Timed):
 
     def __init__(self, session: Any, library: Path, num_threads: int | None) -> None:
         self.session = session
+        self.library_path = Path(library)
         self.vm = session.load(library)
         self.threads = session.set_threads(num_threads) or None
         pin = getattr(session, "pin", None)
@@ -48,6 +49,20 @@ class TvmVariant(Timed):
 
     def accuracy(self, dataset: Any) -> float:
         return dataset_accuracy(self.run_batch1, dataset)
+
+    @property
+    def vm_library(self) -> Any:
+        """The library as a runtime module, for timing its kernels one by one (the
+        per-layer profile, `dlas.profile.tvm_kernels`); this machine's CPU only."""
+        import tvm
+
+        from dlas.measure.session import LocalCPUSession
+
+        if type(self.session) is not LocalCPUSession:
+            raise NotImplementedError(
+                f"per-kernel profiles run on this machine's CPU only, not in a "
+                f"{type(self.session).__name__}")
+        return tvm.runtime.load_module(str(self.library_path))
 
     def probe(self) -> CpuLoadProbe | None:
         return self.session.load_probe()

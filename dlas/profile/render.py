@@ -1,0 +1,87 @@
+"""How `dlas profile` prints: per point its latency, what its layers add up to, and its
+costliest layers with their place on the roofline; or all of it as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from dlas.profile.collect import ProfiledPoint, SweepProfiles
+from dlas.profile.layers import LayerTime
+
+#: Layers shown per point in the console (all of them are in the JSON).
+TOP_LAYERS = 8
+
+
+def _point_title(item: ProfiledPoint) -> str:
+    row = item.row
+    return " / ".join(str(v) for v in (row.model, row.compression, row.algorithm, row.tuning))
+
+
+def _shape(layer: LayerTime) -> str:
+    if layer.weight_shape:
+        o, i, kh, kw = layer.weight_shape
+        hw = "x".join(map(str, (layer.data_shape or [0, 0, 0, 0])[2:]))
+        stride = f" s{layer.strides[0]}" if layer.strides and layer.strides[0] != 1 else ""
+        groups = f" g{layer.groups}" if layer.groups and layer.groups > 1 else ""
+        return f"{i * (layer.groups or 1)}->{o} {kh}x{kw}{stride}{groups} @{hw}"
+    return "x".join(map(str, layer.out_shape or []))
+
+
+def _pct(value: float | None) -> str:
+    return "" if value is None else f"{100 * value:.0f}%"
+
+
+def limits_line(limits: dict[str, Any]) -> str:
+    peak = limits.get("peak_gflops", {})
+    theory = limits.get("theoretical_gflops", {})
+    bw = limits.get("bandwidth_gbs", {})
+    parts = [f"{dtype} {value:.0f} GFLOP/s" + (f" (theoretical {theory[dtype]:.0f})"
+                                                 if dtype in theory else "")
+             for dtype, value in peak.items()]
+    levels = ", ".join(f"{level} {value:.0f}" for level, value in bw.items())
+    return (f"machine limits, {limits.get('threads')} thread(s): peak {'; '.join(parts)}; "
+            f"bandwidth GB/s: {levels}")
+
+
+def point_table(item: ProfiledPoint) -> Table:
+    profile = item.profile
+    assert profile is not None
+    ci = (f" [{profile.latency_ci_ms[0]:.3f}, {profile.latency_ci_ms[1]:.3f}]"
+          if profile.latency_ci_ms else "")
+    title = (f"{_point_title(item)}: {profile.latency_median_ms:.3f} ms{ci}, layers sum "
+             f"{profile.layers_sum_ms:.3f} ms ({_pct(profile.unaccounted)} outside them), "
+             f"{len(profile.layers)} layers, placement {profile.placement}"
+             + (f"; kernels replayed back to back {profile.replay_ms:.3f} ms"
+                if profile.replay_ms else ""))
+    table = Table(title=title, title_justify="left")
+    for name in ("#", "layer", "op", "shape", "us", "share", "GFLOP/s", "roof", "bound"):
+        table.add_column(name, justify="right" if name in ("#", "us", "share", "GFLOP/s",
+                                                             "roof") else "left")
+    top = sorted(profile.layers, key=lambda layer: -layer.time_us * layer.calls)[:TOP_LAYERS]
+    for layer in sorted(top, key=lambda layer: layer.index):
+        table.add_row(str(layer.index), layer.name[:40], layer.op, _shape(layer),
+                      f"{layer.time_us:.1f}", _pct(layer.share),
+                      "" if layer.gflops is None else f"{layer.gflops:.1f}",
+                      _pct(layer.roof_fraction),
+                      f"{layer.bound or ''} {layer.roof_level or ''}".strip())
+    return table
+
+
+def as_json(result: SweepProfiles) -> dict[str, Any]:
+    """`dlas profile --json`: per point its latency and layers, and the limits used."""
+    limits: list[dict[str, Any]] = []
+    points = []
+    for item in result.points:
+        entry: dict[str, Any] = {
+            "point_key": item.point.key, "timing_key": item.timing_key,
+            "model": item.row.model, "compression": item.row.compression,
+            "algorithm": item.row.algorithm, "tuning": item.row.tuning,
+            "target": item.row.target, "error": item.error}
+        if item.profile is not None:
+            entry.update(item.profile.model_dump(exclude={"key"}))
+        if item.limits is not None and item.limits not in limits:
+            limits.append(item.limits)
+        points.append(entry)
+    return {"limits": limits, "points": points, "unmeasured_points": result.unmeasured}
