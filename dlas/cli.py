@@ -262,6 +262,32 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 1 if any(item.profile is None for item in result.points) else 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    from dlas.predict.run import as_json, predict_sweep, table
+
+    config = load_config(args.config)
+    ws = _workspace(args)
+    train_db = Path(args.train_workspace) / "results.db" if args.train_workspace else ws.db_path
+    if not train_db.exists():
+        raise UsageError(f"no results database at {train_db} to train on: profile a measured "
+                         "sweep first (dlas run CONFIG; dlas profile CONFIG), or pass "
+                         "--train-workspace")
+    try:
+        result = predict_sweep(config, train_db, ws.db_path, learner=args.learner)
+    except ValueError as exc:  # nothing profiled to train on
+        raise UsageError(f"{exc} (training database: {train_db})") from exc
+    if args.json:
+        print(json.dumps(as_json(result), indent=1))
+    else:
+        console.print(table(result))
+        for item in result.points:
+            warnings = item.prediction.warnings if item.prediction else []
+            if warnings:
+                more = f" (and {len(warnings) - 1} more)" if len(warnings) > 1 else ""
+                console.print(f"  {item.point.describe()}: {warnings[0]}{more}", markup=False)
+    return 0
+
+
 def _print_report_files(files) -> None:  # noqa: ANN001 - dlas.report.ReportFiles
     console.print(f"report written: {files.html}")
     console.print(f"                {files.markdown} (+ {len(files.figures)} figures in "
@@ -381,6 +407,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--refresh", action="store_true",
                    help="profile again points that already have a stored profile")
     p.set_defaults(fn=cmd_profile)
+
+    p = sub.add_parser("predict", help="predict the latency of a sweep's TVM points (run or "
+                                       "not) from the per-layer profiles measured so far")
+    p.add_argument("config")
+    workspace_args(p)
+    p.add_argument("--train-workspace", metavar="DIR",
+                   help="the workspace whose profiles train the predictor (default: "
+                        "--workspace)")
+    p.add_argument("--learner", choices=["gbdt", "linear", "flops-proxy"], default="gbdt",
+                   help="per-layer learner: gradient-boosted trees (default), a linear cost "
+                        "in MACs and bytes, or time proportional to MACs (the paper's proxy)")
+    p.add_argument("--json", action="store_true", help="print the predictions as JSON")
+    p.set_defaults(fn=cmd_predict)
 
     p = sub.add_parser("results", help="print results, optionally export CSV")
     workspace_args(p)

@@ -161,3 +161,16 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     captured = capsys.readouterr()
     assert json.loads(captured.out)["points"] == points
     assert "profiling" not in captured.err
+    # the profiles train the predictor, which predicts a sweep that was never run
+    unseen = tmp_path / "unseen.yaml"
+    unseen.write_text(tiny_sweep("unseen", compression=["weight_pruning"],
+                                 algorithms=["direct", "direct_csr"]))
+    assert main(["predict", str(unseen), "--json", "--learner", "linear",
+                 "--train-workspace", str(tmp_path / "ws"),
+                 "--workspace", str(tmp_path / "other")]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    assert predicted["trained_points"] == 1
+    assert [p["predicted_ms"] > 0 for p in predicted["points"]] == [True, True]
+    assert all(p["measured_ms"] is None for p in predicted["points"])
+    csr = next(p for p in predicted["points"] if "direct_csr" in p["label"])
+    assert any("direct_csr" in w for w in csr["warnings"])  # never measured: said so
