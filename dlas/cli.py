@@ -105,6 +105,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from dlas.sweep.grid import expand
 
     config = load_config(args.config)
+    if args.predict and not (args.estimate or args.workers is not None):
+        raise UsageError("--predict adds predicted latencies to --estimate: give --estimate "
+                         "too (or use dlas predict CONFIG)")
     if args.estimate or args.workers is not None:
         if args.all:
             raise UsageError("--all lists the grid's points; --estimate prints the expected "
@@ -140,11 +143,35 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
     with console.status(f"estimating sweep '{config.name}' (every point's stages against "
                         "the cache)...", spinner="line"):
         estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers)
+    predicted = _predicted_latencies(config, ws) if args.predict else None
     if args.json:
-        print(json.dumps(as_json(estimate), indent=1))
+        out = as_json(estimate)
+        if args.predict:
+            from dlas.predict.run import as_json as predicted_json
+
+            out["predicted_latency"] = None if predicted is None else predicted_json(predicted)
+        print(json.dumps(out, indent=1))
     else:
         print_estimate(estimate, console)
+        if predicted is not None:
+            from dlas.predict.run import table
+
+            console.print(table(predicted))
     return 0
+
+
+def _predicted_latencies(config, ws):  # noqa: ANN001, ANN202 - lazy-imported types
+    """`plan --estimate --predict`: the sweep's points predicted from the workspace's
+    profiles (`dlas predict`), or None, said, when it has none to train on."""
+    from dlas.predict.run import predict_sweep
+
+    try:
+        if not ws.db_path.exists():
+            raise ValueError(f"no results database at {ws.db_path}")
+        return predict_sweep(config, ws.db_path, ws.db_path)
+    except ValueError as exc:
+        print(f"no predicted latencies: {exc}", file=sys.stderr)
+        return None
 
 
 def _print_run_estimate(config, workspace) -> None:  # noqa: ANN001 - lazy-imported types
@@ -372,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "summary is printed instead)")
     p.add_argument("--json", action="store_true",
                    help="print every point (or, with --estimate, the estimate) as JSON")
+    p.add_argument("--predict", action="store_true",
+                   help="with --estimate: also each point's latency predicted from this "
+                        "workspace's per-layer profiles (dlas predict, docs/profile.md)")
     p.set_defaults(fn=cmd_plan)
 
     p = sub.add_parser("run", help="run a sweep (cached, resumable)")

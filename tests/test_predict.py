@@ -12,8 +12,8 @@ from dlas.predict.predictor import LatencyPredictor, held_out_predictions
 
 #: The synthetic machine: us per MMAC and per MB, and a fixed cost per layer.
 A_US_PER_MMAC, B_US_PER_MB, C_US = 8.0, 20.0, 3.0
-#: The synthetic rest: us per conv and constant.
-REST_PER_CONV, REST_CONST = 0.7, 15.0
+#: The synthetic rest: us per conv.
+REST_PER_CONV = 0.7
 
 
 def _cost(layer) -> float:  # noqa: ANN001
@@ -37,7 +37,7 @@ def _model(name: str, width: int, depth: int, context: PointContext,
                               context=context))
     us = [_cost(layer) for layer in layers]
     convs = sum(layer.op != "dense" for layer in layers)
-    latency = sum(us) + REST_PER_CONV * convs + REST_CONST
+    latency = sum(us) + REST_PER_CONV * convs
     return PointFeatures(f"{name}-{context.algorithm}", name, context, layers, 0.0,
                          latency_us=latency, layer_us=us)
 
@@ -62,7 +62,7 @@ def test_latency_is_the_layer_sum_plus_the_rest() -> None:
     for p in points:
         got = predictor.predict(p)
         assert got.predicted_us == pytest.approx(p.latency_us, rel=1e-6)
-        assert got.rest_us == pytest.approx(REST_PER_CONV * p.convs + REST_CONST, rel=1e-6)
+        assert got.rest_us == pytest.approx(REST_PER_CONV * p.convs, rel=1e-6)
         assert got.warnings == []
 
 

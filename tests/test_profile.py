@@ -43,6 +43,19 @@ def test_manifest_maps_each_conv_call_to_the_models_conv_in_order() -> None:
     assert [info.op for info, _ in mapped] == ["conv2d", "conv2d", "dense"]
 
 
+def test_conv_calls_find_their_layer_by_spec_not_by_order() -> None:
+    """Fusion may run a shortcut conv before the conv beside it: each call still gets
+    the model's conv with its own shape."""
+    shortcut = KernelInfo("k_shortcut", specs=[_spec(4, 16)], has_conv=True)
+    main_conv = KernelInfo("k_main", specs=[_spec(4, 8)], has_conv=True)
+    convs = [ConvLowering(0, _spec(4, 8), "direct", 10),
+             ConvLowering(1, _spec(4, 16), "direct", 20)]
+    manifest = KernelManifest({"k_shortcut": shortcut, "k_main": main_conv},
+                              ["k_shortcut", "k_main"], convs)
+    mapped = manifest.map_calls(["k_shortcut", "k_main"])
+    assert [(conv.index, conv.nnz) for _, conv in mapped] == [(1, 20), (0, 10)]
+
+
 def test_manifest_refuses_calls_its_lowering_does_not_make() -> None:
     with pytest.raises(ValueError, match="recompile"):
         _manifest().map_calls(["fused_conv", "fused_matmul_add"])  # a conv went missing
@@ -174,3 +187,8 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     assert all(p["measured_ms"] is None for p in predicted["points"])
     csr = next(p for p in predicted["points"] if "direct_csr" in p["label"])
     assert any("direct_csr" in w for w in csr["warnings"])  # never measured: said so
+    # and `plan --estimate --predict` shows the same predictions beside the estimate
+    assert main(["plan", str(unseen), "--estimate", "--predict", "--json", *ws]) == 0
+    planned = json.loads(capsys.readouterr().out)
+    assert [p["predicted_ms"] for p in planned["predicted_latency"]["points"]] == \
+        pytest.approx([p["predicted_ms"] for p in predicted["points"]])

@@ -1,13 +1,14 @@
 """The per-layer learners the predictor can use, behind one small interface.
 
 * `LinearCost` (Li et al.'s linear family, in its physical form): per group of layers
-  computed alike (op, algorithm family, CSR or not, dtype), time = a x effective MACs +
+  computed alike (op, algorithm family, CSR or not, dtype, 1x1 or not), time = a x effective MACs +
   b x bytes + c, fitted by non-negative least squares (a cost can only add time). A group
   with too few layers falls back to its op's pooled fit. Interpretable, and it
   extrapolates along MACs and bytes, which a tree cannot.
 * `BoostedTrees` (Li et al.'s GBDT): scikit-learn's histogram gradient boosting on every
-  feature (`LayerFeatures.vector`), fitted on log time so that errors are relative (a
-  10 us layer matters as much as a 1 ms one when the error is a share).
+  feature (`LayerFeatures.vector`), fitted on log time per effective MAC, so that errors
+  are relative (a 10 us layer matters as much as a 1 ms one when the error is a share)
+  and a layer larger than any trained one is still predicted from its efficiency.
 * `FlopsProxy`: time proportional to MACs, one constant: the proxy the DLAS paper shows
   to fail; kept as the benchmark's floor.
 """
@@ -38,8 +39,11 @@ def _linear_row(layer: LayerFeatures) -> list[float]:
     return [layer.effective_macs / 1e6, layer.bytes / 1e6, 1.0]
 
 
-def _group(layer: LayerFeatures) -> tuple[str, str, bool, str]:
-    return layer.op, layer.context.family, layer.sparse, layer.context.dtype
+def _group(layer: LayerFeatures) -> tuple[str, str, bool, str, bool]:
+    """Layers computed alike: a 1x1 conv is a matrix product, its cost per MAC is not a
+    3x3 conv's (measured: MobileNets' pointwise convs vs ResNet's and VGG's 3x3)."""
+    return (layer.op, layer.context.family, layer.sparse, layer.context.dtype,
+            layer.kernel == 1)
 
 
 class LinearCost:
@@ -77,7 +81,11 @@ class LinearCost:
 
 
 class BoostedTrees:
-    """Gradient-boosted trees on log time (see the module doc)."""
+    """Gradient-boosted trees on log time per effective MAC (see the module doc).
+
+    Why per MAC: trees predict constants per leaf and cannot extrapolate; a model held
+    out (VGG-16, wider than the rest) has layers larger than any trained one. Its time per
+    MAC, the layer's efficiency, stays within what was seen; its MACs are known."""
 
     name = "gbdt"
 
@@ -89,12 +97,18 @@ class BoostedTrees:
 
     def fit(self, layers: Sequence[LayerFeatures], us: Sequence[float]) -> None:
         x = np.asarray([layer.vector() for layer in layers])
-        self.model.fit(x, np.log(np.maximum(np.asarray(us, dtype=float), 1e-3)))
+        per_mac = np.maximum(np.asarray(us, dtype=float), 1e-3) / _work(layers)
+        self.model.fit(x, np.log(per_mac))
 
     def predict(self, layers: Sequence[LayerFeatures]) -> np.ndarray:
         if not layers:
             return np.zeros(0)
-        return np.exp(self.model.predict(np.asarray([layer.vector() for layer in layers])))
+        per_mac = np.exp(self.model.predict(np.asarray([layer.vector() for layer in layers])))
+        return per_mac * _work(layers)
+
+
+def _work(layers: Sequence[LayerFeatures]) -> np.ndarray:
+    return np.asarray([max(layer.effective_macs, 1.0) for layer in layers])
 
 
 class FlopsProxy:

@@ -2,8 +2,8 @@
 warning for every layer unlike anything it was trained on.
 
 End-to-end latency = sum of the predicted conv and dense layers + the point's rest
-(`PointFeatures.rest_vector`: per conv, per activation element, constant; fitted by
-non-negative least squares per rest group, `PointFeatures.rest_group`).
+(`PointFeatures.rest_vector`: a cost per conv; fitted by non-negative least squares per
+rest group, `PointFeatures.rest_group`).
 
 The interval: with points of three or more models, the predictor is refitted leaving
 each model out, and the held-out points' log errors (measured / predicted) give the 5th

@@ -10,9 +10,11 @@ lowered it and its weight's non-zeros (`ConvLegalizer.layers`). The kernels a pr
 times are checked against this manifest's call order (`map_calls`): a library that does
 not match the lowering is an error, not a wrong attribution.
 
-Why the conv order identifies layers: `LegalizeOps` visits the model's bindings in order
-and fusion puts at most one conv in a kernel, so the k-th kernel call that holds a conv
-computes the model's k-th conv.
+How a kernel call finds its layer: fusion puts at most one conv in a kernel, and each
+algorithm-made conv block carries its spec; the call takes the model's first conv not
+yet taken with that spec (`_take_conv`). Order alone is not enough: fusion may order a
+block's branches differently from the model (measured: ResNet18's shortcut conv ran
+before the 3x3 conv beside it, and by order each got the other's time).
 """
 
 from __future__ import annotations
@@ -85,12 +87,12 @@ class KernelManifest:
         (a `reshape` becomes a view of its input); only layout kernels may be skipped.
         Raises ValueError when the calls are not the manifest's."""
         out: list[tuple[KernelInfo, ConvLowering | None]] = []
-        convs = iter(self.convs)
+        pending = list(self.convs)
         seen = iter(observed)
         want = next(seen, None)
         for position, symbol in enumerate(self.calls):
             info = self.functions[symbol]
-            conv = next(convs, None) if info.has_conv else None
+            conv = _take_conv(pending, info) if info.has_conv else None
             if symbol == want:
                 out.append((info, conv))
                 want = next(seen, None)
@@ -104,6 +106,19 @@ class KernelManifest:
             raise ValueError(f"the library called {want}, which its model's lowering does "
                              "not call there; re-run the sweep to recompile it")
         return out
+
+
+def _take_conv(pending: list[ConvLowering], info: KernelInfo) -> ConvLowering:
+    """The model's conv a conv kernel call computes, removed from `pending`: the first
+    one with the kernel's spec (or, for TVM's own lowering, which has no tag, the first
+    one it lowered). Not simply the next one: fusion may order a block's branches
+    differently from the model (ResNet's shortcut conv comes before the conv beside it)."""
+    spec = info.specs[0] if info.specs else None
+    for i, conv in enumerate(pending):
+        if (conv.spec == spec) if spec is not None else conv.algorithm == DEFAULT_LOWERING:
+            return pending.pop(i)
+    raise ValueError(f"kernel {info.symbol} computes a conv the model's lowering does not "
+                     "have; re-run the sweep to recompile it")
 
 
 def _blocks(func: tirx.PrimFunc) -> tuple[s_tir.Schedule, list[Any]]:
