@@ -178,7 +178,7 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     unseen = tmp_path / "unseen.yaml"
     unseen.write_text(tiny_sweep("unseen", compression=["weight_pruning"],
                                  algorithms=["direct", "direct_csr"]))
-    assert main(["predict", str(unseen), "--json", "--learner", "linear",
+    assert main(["predict", str(unseen), "--json",
                  "--train-workspace", str(tmp_path / "ws"),
                  "--workspace", str(tmp_path / "other")]) == 0
     predicted = json.loads(capsys.readouterr().out)
@@ -187,7 +187,8 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     assert all(p["measured_ms"] is None for p in predicted["points"])
     csr = next(p for p in predicted["points"] if "direct_csr" in p["label"])
     assert any("direct_csr" in w for w in csr["warnings"])  # never measured: said so
-    # and `plan --estimate --predict` shows the same predictions beside the estimate
+    # and `plan --estimate --predict` shows the same (default-learner) predictions beside
+    # the estimate
     assert main(["plan", str(unseen), "--estimate", "--predict", "--json", *ws]) == 0
     planned = json.loads(capsys.readouterr().out)
     assert [p["predicted_ms"] for p in planned["predicted_latency"]["points"]] == \
