@@ -15,6 +15,7 @@ from dlas.report.data import RUNTIME_NAMES, Point, latest_per_label, load_points
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
+from dlas.report.profiles import profile_section
 from dlas.report.render import (
     Bullets,
     Cell,
@@ -445,6 +446,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _speed_section(doc, points, paper, experiment, out_dir, files)
     _speedup_section(doc, points, paper, experiment)
     _baseline_section(doc, points)
+    profile_section(doc, points, db_path, out_dir, files)  # only with stored profiles
     _observations_section(doc, points, paper)
     _environment_section(doc, points)
     _verification_section(doc, points)
