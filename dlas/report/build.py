@@ -12,10 +12,11 @@ from typing import Any
 
 from dlas.report import figures
 from dlas.report.data import RUNTIME_NAMES, Point, latest_per_label, load_points
+from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
-from dlas.report.profiles import profile_section
+from dlas.report.profiles import load_profiles, profile_section
 from dlas.report.render import (
     Bullets,
     Cell,
@@ -331,12 +332,15 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
                   "time is than the baseline's."))
 
 
-def _observations_section(doc: Document, points: list[Point], paper: Paper) -> None:
+def _observations_section(doc: Document, points: list[Point], paper: Paper,
+                          db_path: Path) -> None:
     doc.add(Heading("The paper's thirteen observations"))
     doc.add(Para("Each observation is tested on our verified results where the data allows; "
                  "the rule each test applies is stated with its numbers. 'partly measured': "
                  "some of its parts lacked the data."))
     obs = observations(points, paper)
+    # the layers behind each verdict, where the compared points have stored profiles
+    profiled = {item.point.key: item for item in load_profiles(db_path, points).points}
     rows: list[list[Cell | str]] = []
     for o in obs:
         # the numbers behind the verdict: a failing part's when it did not hold
@@ -354,6 +358,11 @@ def _observations_section(doc: Document, points: list[Point], paper: Paper) -> N
             detail = "; ".join(shown) + (f"; ... {more} more" if more > 0 else "")
             items.append(f"{part.name} — {part.status}: {detail}")
         doc.add(Bullets(items))
+        if profiled:
+            for head, lines in observation_layers(o, profiled):
+                doc.add(Para(head))
+                if lines:
+                    doc.add(Bullets(lines))
 
 
 def _environment_section(doc: Document, points: list[Point]) -> None:
@@ -447,7 +456,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _speedup_section(doc, points, paper, experiment)
     _baseline_section(doc, points)
     profile_section(doc, points, db_path, out_dir, files)  # only with stored profiles
-    _observations_section(doc, points, paper)
+    _observations_section(doc, points, paper, db_path)
     _environment_section(doc, points)
     _verification_section(doc, points)
     md, page = out_dir / "report.md", out_dir / "report.html"

@@ -51,11 +51,28 @@ DRAMATIC = 2.0
 CONSISTENTLY = 0.75
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """Two points a part compared: `base` is the reference (dense, untuned, the runner-up),
+    `other` the point the claim is about (pruned, tuned, the fastest). The report shows
+    the layers whose times differ most between them (`dlas.report.deciding_layers`)."""
+
+    case: str
+    base: Point
+    other: Point
+    #: "change": the layers whose time changed most explain it; "expected": `other` is
+    #: pruned and was expected to be faster by its density, so the layers that lost most
+    #: time against that ideal explain it.
+    kind: str = "change"
+
+
 @dataclass
 class Part:
     name: str
     status: str
     evidence: list[str] = field(default_factory=list)
+    #: The point pairs its verdict rests on (empty for accuracy and correlation parts).
+    comparisons: list[Comparison] = field(default_factory=list)
 
 
 @dataclass
@@ -209,10 +226,11 @@ def obs_1(a: Analysis) -> list[Part]:
     return [Part("MACs, accuracy, time", _status(bool(weak)), lines)]
 
 
-def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[str, bool | None]]]:
-    """Per dataset role: (case, whether the best pruned point is decidedly faster than
-    the best dense one; None for a tie)."""
-    out: dict[str, list[tuple[str, bool | None]]] = defaultdict(list)
+def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[Comparison,
+                                                                     bool | None]]]:
+    """Per dataset role: (best dense vs best pruned point, whether the pruned one is
+    decidedly faster; None for a tie)."""
+    out: dict[str, list[tuple[Comparison, bool | None]]] = defaultdict(list)
     for group, models in a.cells.items():
         if group.tuned != tuned:
             continue
@@ -223,7 +241,8 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[str, bool
             if dense is None or not pruned:
                 continue
             best = min(pruned, key=lambda p: p.latency_ms or 0.0)
-            out[a.role(group.dataset)].append((f"{group.label} {model}", faster(best, dense)))
+            out[a.role(group.dataset)].append((Comparison(f"{group.label} {model}", dense, best),
+                                               faster(best, dense)))
     return out
 
 
@@ -245,8 +264,8 @@ def obs_2(a: Analysis) -> list[Part]:
             f"best pruned model decidedly faster than best dense in {wins} of {len(cases)} "
             f"tuned cases ({_pct(share)}; ties count as not faster)",
             ties_line(len(cases), ties),
-            *(f"{label}: {verdict[f]}" for label, f in cases),
-        ]))
+            *(f"{c.case}: {verdict[f]}" for c, f in cases),
+        ], [c for c, _ in cases]))
     return parts
 
 
@@ -344,7 +363,10 @@ def obs_4(a: Analysis) -> list[Part]:
                     f"{len(flags)} decided cases ({_pct(share)}; rule: > {_pct(GENERALLY)})"]
         if name == "faster":
             evidence.append(ties_line(len(results), ties))
-        parts.append(Part(f"weight pruning {name}", _status(share > GENERALLY), evidence))
+        compared = [Comparison(f"{label}: channel vs weight pruning", c.best, w.best)
+                    for label, w, c in pairs] if name == "faster" else []
+        parts.append(Part(f"weight pruning {name}", _status(share > GENERALLY), evidence,
+                          compared))
     parts[-1].evidence += [
         f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup:.2f}x, "
         f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup:.2f}x, "
@@ -359,9 +381,12 @@ def _varies(x: float, y: float) -> bool:
 
 def obs_5(a: Analysis) -> list[Part]:
     per: dict[tuple[Group, str], dict[str, float]] = defaultdict(dict)
+    compared = []
     for c in a.speedups:
         if c.compression in ("float16", "int8"):
             per[(c.group, c.compression)][c.model_label] = c.speedup
+            compared.append(Comparison(f"{c.group.label} {c.model_label} {c.compression}",
+                                       c.dense, c.best))
     lines, dtype_flags, platform_flags = [], [], []
     for group in sorted({g for g, _ in per}, key=lambda g: g.label):
         f16, i8 = per.get((group, "float16"), {}), per.get((group, "int8"), {})
@@ -385,7 +410,8 @@ def obs_5(a: Analysis) -> list[Part]:
             "and the other a slowdown")
     return [
         Part("by data type", _status(any(dtype_flags)) if dtype_flags else NOT_MEASURED,
-             lines + [rule] if dtype_flags else ["needs float16 and int8 of the same model"]),
+             lines + [rule] if dtype_flags else ["needs float16 and int8 of the same model"],
+             compared if dtype_flags else []),
         Part("by platform", _status(any(platform_flags)) if platform_flags else NOT_MEASURED,
              lines + [rule] if platform_flags else ["needs one data type on two platforms"]),
     ]
@@ -428,6 +454,7 @@ def obs_6(a: Analysis, paper: Paper | None) -> list[Part]:
 def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Iterable[str],
                  want: str) -> Part:
     cases: list[tuple[str, Point, list[Point]]] = []
+    compared: list[Comparison] = []
     for group, models in a.cells.items():
         if group.device != device or (tuned is not None and group.tuned != tuned):
             continue
@@ -441,7 +468,14 @@ def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Ite
                     continue
                 # a tie with another algorithm of the same family decides nothing here
                 rivals = [p for p in ties if p.family != best.family]
-                cases.append((f"{group.label} {model} {short(comp)}", best, rivals))
+                label = f"{group.label} {model} {short(comp)}"
+                runner_up = min((p for (c, _), p in cells.items() if c == comp
+                                 and p.family != best.family and p.latency_ms is not None),
+                                key=lambda p: p.latency_ms or 0.0, default=None)
+                if not rivals and runner_up is not None:
+                    compared.append(Comparison(f"{label}: fastest other family vs fastest",
+                                               runner_up, best))
+                cases.append((label, best, rivals))
     name = f"{want} fastest on {device.upper()}"
     if not cases:
         return Part(name, NOT_MEASURED, [f"needs {want} and another algorithm measured on a "
@@ -458,7 +492,7 @@ def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Ite
     share = _share(flags)
     return Part(name, _status(share > GENERALLY), [
         f"{want} decidedly fastest in {sum(flags)} of {len(flags)} decided cases "
-        f"({_pct(share)}; rule: > {_pct(GENERALLY)})", *lines])
+        f"({_pct(share)}; rule: > {_pct(GENERALLY)})", *lines], compared)
 
 
 def obs_7(a: Analysis) -> list[Part]:
@@ -486,7 +520,13 @@ def obs_10(a: Analysis) -> list[Part]:
         f"pruned models achieve {pct:.1f}% of their expected speedup on average over "
         f"{len(cells)} cases (rule: < {RARELY_PCT:.0f}%); {reached} reach 100%",
         *(f"{c.group.label} {c.model_label} {short(c.compression)}: {c.speedup:.2f}x of "
-          f"{c.ratio:.1f}x ideal = {c.pct_expected:.1f}%" for c in cells)])]
+          f"{c.ratio:.1f}x ideal = {c.pct_expected:.1f}%" for c in cells)],
+        [_dense_vs_compressed(c) for c in cells])]
+
+
+def _dense_vs_compressed(c: SpeedupCell) -> Comparison:
+    return Comparison(f"{c.group.label} {c.model_label} {short(c.compression)}", c.dense,
+                      c.best, "expected")
 
 
 def _untuned_tuned_pairs(a: Analysis) -> list[tuple[Point, Point]]:
@@ -510,7 +550,9 @@ def obs_11(a: Analysis) -> list[Part]:
     gm = geomean(u.latency_ms / t.latency_ms for u, t in pairs)  # type: ignore[operator]
     accel = Part("tuning accelerates dramatically", _status(gm >= DRAMATIC), [
         f"tuned over untuned: geometric-mean speedup {gm:.2f}x over {len(pairs)} points "
-        f"(rule: >= {DRAMATIC}x)"])
+        f"(rule: >= {DRAMATIC}x)"],
+        [Comparison(f"{t.platform} {t.model_label} {short(t.compression)} {t.algorithm}", u, t)
+         for u, t in pairs])
     changes, compared = [], 0
     compared_changes = tied_changes = 0
     by_setting: dict[tuple, dict[bool, Cells]] = defaultdict(dict)
@@ -567,7 +609,7 @@ def obs_12(a: Analysis) -> list[Part]:
     assert pu is not None and pt is not None
     return [Part("pruned relative speedup lower when tuned", _status(pt < pu), [
         f"mean share of expected speedup: {pu:.1f}% untuned, {pt:.1f}% tuned over "
-        f"{len(matched)} pruned models"])]
+        f"{len(matched)} pruned models"], [_dense_vs_compressed(t) for _, t in matched])]
 
 
 def obs_13(a: Analysis) -> list[Part]:
