@@ -235,7 +235,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.interrupted:
         return INTERRUPTED
     bad = report.failed + report.verification_failed
+    if args.profile_layers and not (bad and args.fail_fast):
+        profile_layers(config, runner.workspace)
     return 1 if (bad and args.fail_fast) else 0
+
+
+def profile_layers(config: Any, workspace: Any) -> None:
+    """`--profile-layers`: every measured point of the sweep without a current profile
+    gets one (`dlas profile`); a point that cannot be profiled is said, and the sweep's
+    exit status stays the run's."""
+    from dlas.profile.collect import profile_sweep
+
+    result = profile_sweep(config, workspace,
+                           note=lambda text: console.print(text, markup=False))
+    failed = [item for item in result.points if item.profile is None]
+    console.print(f"per-layer profiles: {len(result.points) - len(failed)} of "
+                  f"{len(result.points)} measured point(s) (dlas profile "
+                  "shows them; dlas report charts them)")
+    for item in failed:
+        console.print(f"  not profiled: {item.point.describe()}: {item.error}", markup=False)
 
 
 def cmd_results(args: argparse.Namespace) -> int:
@@ -358,7 +376,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     result = reproduce(args.experiment, args.profile, workspace,
                        out=_folder_arg(Path(args.out), "--out") if args.out else None,
                        skip_unregistered=args.skip_unregistered,
-                       progress=not args.no_progress, retry_failed=args.retry_failed)
+                       progress=not args.no_progress, retry_failed=args.retry_failed,
+                       profile_layers=profile_layers if args.profile_layers else None)
     console.print(f"sweep config: {result.sweep_file}")
     if result.skipped:
         console.print("[yellow]left out (not registered)[/]: " + escape(
@@ -418,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time again only the points flagged noisy (busy machine or a wide "
                         "confidence interval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--profile-layers", action="store_true",
+                   help="after the sweep, profile every measured point per layer (as dlas "
+                        "profile; points already profiled at their current timing are kept)")
     p.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local: this process (default); ray: stages as tasks on a Ray "
                         "cluster (docs/cluster.md)")
@@ -482,6 +504,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true",
                    help="run only the points that failed before")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--profile-layers", action="store_true",
+                   help="profile every measured point per layer before the report, which "
+                        "then shows where the time goes and the layers behind each "
+                        "observation")
     p.set_defaults(fn=cmd_reproduce)
     return parser
 

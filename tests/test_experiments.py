@@ -160,6 +160,11 @@ def test_reproduce_runs_then_reuses_and_writes_the_report(
     assert "| tiny_cnn | " in md and (report / "figures" / "inference-digits-cpu.png").exists()
     assert main(argv) == 0  # again: everything from the cache
     assert "nothing recomputed" in capsys.readouterr().out
+    assert "Where the time goes" not in md
+    # profiled per layer before the report: it shows where the time goes
+    assert main([*argv, "--profile-layers"]) == 0
+    assert "per-layer profiles: 1 of 1 measured point(s)" in capsys.readouterr().out
+    assert "## Where the time goes" in (report / "report.md").read_text()
 
 
 def test_experiment_files_are_read_like_sweep_configs(tmp_path: Path) -> None:

@@ -153,10 +153,14 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     config.write_text(tiny_sweep().replace("tuning: [none]",
                                            "tuning: [none, onnxruntime, pytorch]"))
     ws = ["--workspace", str(tmp_path / "ws")]
-    assert main(["run", str(config), "--no-progress", *ws]) == 0
-    capsys.readouterr()
+    # the run profiles its measured points itself (--profile-layers) ...
+    assert main(["run", str(config), "--no-progress", "--profile-layers", *ws]) == 0
+    assert "per-layer profiles: 3 of 3 measured point(s)" in capsys.readouterr().out
+    # ... so `dlas profile` only reads them
     assert main(["profile", str(config), "--json", *ws]) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    assert "profiling" not in captured.err
+    out = json.loads(captured.out)
     points = out["points"]
     assert sorted(p["algorithm"] for p in points) == ["direct", "onnxruntime", "pytorch"]
     for point in points:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dlas.report.build import ReportFiles, build_report
 from dlas.report.experiments import load_experiment, resolve_sweep
@@ -23,10 +24,14 @@ class Reproduction:
 
 def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None = None,
               skip_unregistered: bool = False, progress: bool = True,
-              retry_failed: bool = False) -> Reproduction:
+              retry_failed: bool = False,
+              profile_layers: Callable[[Any, Workspace], None] | None = None
+              ) -> Reproduction:
     """Resolve the profile's sweep, write it under WORKSPACE/experiments, run it with the
     workspace's cache (a second call recomputes nothing) and build its report (default
-    WORKSPACE/reports/<experiment>-<profile>)."""
+    WORKSPACE/reports/<experiment>-<profile>). `profile_layers(config, workspace)`, when
+    given, profiles the measured points per layer before the report, so it shows where
+    the time goes and the layers behind each observation."""
     from dlas.runner.runner import Runner
     from dlas.sweep.grid import expand
 
@@ -43,6 +48,8 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
                      f"{left_out}. Tables and observations that need them are incomplete.")
     if run.interrupted:
         notes.append("The sweep was interrupted; the report shows what had finished.")
+    elif profile_layers is not None:
+        profile_layers(config, workspace)
     report = build_report(workspace.db_path, out or workspace.root / "reports" / sweep_name,
                           sweeps=[sweep_name], experiment=experiment, profile=profile,
                           notes=notes, point_keys={p.key for p in expand(config)})
