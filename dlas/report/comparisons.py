@@ -11,11 +11,28 @@ timed points (`dlas.results.statistics.compare` over their timing histories).
 - Rows written before timing histories existed have no rounds: they compare by their
   stored intervals (faster only when the intervals separate), or, with no interval at
   all, by their medians (said so in `Comparison.placement`: "medians only").
+
+A statistic computed from timings (a speedup, a share of the expected speedup, their mean
+or geometric mean over cases) is compared with a threshold the same way: as an
+`Interval`, decided only when the whole interval lies on one side (`at_least`, `above`);
+one that straddles the threshold is a tie. The intervals are propagated simply and
+conservatively:
+
+- a speedup (the ratio of two points' medians): the ratio's interval from
+  `compare_points` (a paired bootstrap over rounds when both points have timing
+  histories; else the ratio of their intervals' ends, lo_b/hi_a to hi_b/lo_a; else the
+  medians alone); an incomparable pair (no common vCPU placement) gets [0, inf];
+- a constant multiple (a share of the ideal speedup: 100 x speedup / ratio): scaled;
+- a mean or geometric mean over cases: the mean of the cases' low ends to the mean of
+  their high ends (as if every case erred the same way at once);
+- a ratio or difference of two statistics: from the opposite ends of the two intervals.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import Point
@@ -102,3 +119,102 @@ def ties_line(compared: int, ties: int) -> str:
     """How many of an observation's comparisons were ties (said by every rule)."""
     return (f"{ties} of {compared} comparison(s) were ties within noise (95% intervals; "
             "a tie decides nothing)")
+
+
+# -- statistics against thresholds -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A statistic (`value`, from the points' medians) with a conservative 95% interval
+    (`low` <= value <= high; ends may be 0 or inf where nothing bounds them)."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def exact(cls, value: float) -> Interval:
+        return cls(value, value, value)
+
+    def scaled(self, factor: float) -> Interval:
+        """A positive constant multiple (a speedup as a share of its ideal)."""
+        return Interval(self.value * factor, self.low * factor, self.high * factor)
+
+    def text(self, fmt: str = ".2f", unit: str = "") -> str:
+        """'1.23x [1.10, 1.40]'; the value alone when the interval is a point."""
+        value = f"{self.value:{fmt}}{unit}"
+        if self.low == self.high:
+            return value
+        return f"{value} [{self.low:{fmt}}, {self.high:{fmt}}]"
+
+
+def speedup_interval(base: Point, other: Point) -> Interval:
+    """How many times faster `other` is than `base` (median(base) / median(other)), with
+    the ratio's interval from `compare_points` ([0, inf] for an incomparable pair)."""
+    assert base.latency_ms is not None and other.latency_ms is not None
+    value = base.latency_ms / other.latency_ms
+    c = compare_points(other, base)
+    if c.low is None or c.high is None:
+        return Interval(value, 0.0, math.inf)
+    # the bootstrap's ratio is of pooled samples; keep the medians' ratio inside it
+    return Interval(value, min(c.low, value), max(c.high, value))
+
+
+def _geo(values: list[float]) -> float:
+    if any(v == 0 for v in values):
+        return 0.0
+    if any(math.isinf(v) for v in values):
+        return math.inf
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def mean_interval(intervals: Iterable[Interval]) -> Interval:
+    """Arithmetic mean over cases: mean of the low ends to mean of the high ends."""
+    ivs = list(intervals)
+    if not ivs:
+        raise ValueError("mean of nothing")
+    n = len(ivs)
+    return Interval(sum(i.value for i in ivs) / n, sum(i.low for i in ivs) / n,
+                    sum(i.high for i in ivs) / n)
+
+
+def geomean_interval(intervals: Iterable[Interval]) -> Interval:
+    """Geometric mean over cases: geometric mean of the low ends to that of the highs."""
+    ivs = list(intervals)
+    if not ivs:
+        raise ValueError("geomean of nothing")
+    return Interval(_geo([i.value for i in ivs]), _geo([i.low for i in ivs]),
+                    _geo([i.high for i in ivs]))
+
+
+def ratio_interval(x: Interval, y: Interval) -> Interval:
+    """x / y of two positive statistics, from opposite ends."""
+    def div(a: float, b: float) -> float:
+        return math.inf if b == 0 else a / b
+
+    return Interval(div(x.value, y.value), div(x.low, y.high), div(x.high, y.low))
+
+
+def difference_interval(x: Interval, y: Interval) -> Interval:
+    """x - y, from opposite ends."""
+    return Interval(x.value - y.value, x.low - y.high, x.high - y.low)
+
+
+def at_least(iv: Interval, threshold: float) -> bool | None:
+    """Whether the statistic is >= threshold: True when its whole interval is, False when
+    its whole interval is below, None (a tie) when the interval straddles it."""
+    if iv.low >= threshold:
+        return True
+    if iv.high < threshold:
+        return False
+    return None
+
+
+def above(iv: Interval, threshold: float) -> bool | None:
+    """Whether the statistic is > threshold, decided as `at_least` is."""
+    if iv.low > threshold:
+        return True
+    if iv.high <= threshold:
+        return False
+    return None

@@ -1,28 +1,80 @@
 """The paper's thirteen observations (Section 6), each tested against our results.
 
-Each observation is split into the parts its sentence claims; a part is *measured* only
-when the data it needs exists (enough models, the algorithms it compares, tuned and
-untuned runs, two platforms, ...). The observation is "held" when every measured part
-holds, "not held" when one fails, "not measured" when no part could be tested, and marked
-partial when some parts could not be. The rule each part applies is stated in its
-evidence, so a reader can disagree with the threshold rather than with a hidden choice.
+Each observation is split into the parts its sentence claims. A part is *held*, *not
+held*, a *tie* or *not measured*, and states its rule with its numbers, so a reader can
+disagree with a threshold rather than with a hidden choice:
 
-Every "faster" and "fastest" is decided with the timings' confidence intervals
-(`dlas.report.comparisons`): a difference inside the noise is a tie, which never counts
-as faster, and each part says how many of its comparisons were ties.
+- *not measured*: the data it needs is missing (enough models, the algorithms it
+  compares, tuned and untuned runs, two platforms, ...). `Part.needs` then says what to
+  add to the sweep to decide it, in the words of a sweep config (`models`, `compression:
+  weight_pruning`, `algorithms: gemm_csr`, `tuning: metaschedule`, `targets`), so a
+  smaller study knows which points would settle it.
+- *tie*: the timings' confidence intervals leave it undecided. Every "faster" and
+  "fastest" is decided by `dlas.report.comparisons` (a difference inside the noise is a
+  tie); a threshold on a statistic computed from timings (a mean share of the expected
+  speedup, a geometric-mean speedup) is decided on the statistic's interval (propagated
+  as the `comparisons` module says) and is a tie when the interval straddles the
+  threshold. `Part.needs` then names what narrows the intervals.
+- a "generally" rule (the share of cases where something holds) counts a tied case as
+  possibly either way: the share lies between (decided yes) / n and (decided yes + ties)
+  / n; held when even the low end passes, not held when even the high end fails, a tie
+  otherwise, so a part whose cases all tie is a tie.
+
+The rules with intervals, per observation:
+
+- II: per model, the best pruned point vs the best dense one (`faster`); CIFAR-10: the
+  share rule > 50%; ImageNet: none faster (not held on a decided win, a tie on a tie).
+- IV: "higher ratio" compares ratios (no timings); "faster" is the share rule on `faster`;
+  "less of its expected speedup": the dense time cancels, so weight pruning's share is
+  below channel pruning's exactly when time(CP) / time(WP) < ratio(WP) / ratio(CP), decided
+  on that time ratio's interval; then the share rule.
+- V: per model the compressed-over-dense speedup interval; per platform and type their
+  geometric mean; two such speedups *vary* when the interval of their ratio lies beyond
+  1.25x either way, or the two lie on opposite sides of 1; they do not when the ratio's
+  interval lies within (1/1.25, 1.25) and both lie on one side of 1; a tie otherwise.
+- VII-IX: per case, the fastest algorithm and those it ties with: a yes when all are of
+  the family, a no when none is, a tie otherwise; then the share rule.
+- X: the mean of the per-case % of expected speedup intervals against 50%.
+- XI: the geometric mean of the tuned-over-untuned speedup intervals against 2x; "changes
+  the best choice": per model (and compression) the choices tied for fastest untuned and
+  tuned: a change when the two sets are disjoint, none when both are the same single
+  choice, a tie otherwise; held on any change.
+- XII: the tuned minus untuned mean % of expected speedup, its interval against 0.
+- XIII: per pair of platforms, matched points by `faster`; the winner's share >= 75%.
+
+Accuracy and correlation rules (I, III, VI) have no timing intervals and are decided on
+their values.
+
+`combine`: an observation is not held when a decided part fails, held when every
+decided part holds and at least one is decided (ties beside it are named in its label),
+a tie when every measured part is a tie, not measured when no part is; "partly measured"
+when some parts are not measured.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dlas.report.comparisons import decided_fastest, faster, ties_line
+from dlas.report.comparisons import (
+    Interval,
+    above,
+    at_least,
+    compare_points,
+    decided_fastest,
+    difference_interval,
+    faster,
+    geomean_interval,
+    mean_interval,
+    ratio_interval,
+    speedup_interval,
+    ties_line,
+)
 from dlas.report.data import Point
 from dlas.report.paper import Paper
-from dlas.report.speedup import SpeedupCell, geomean, mean, speedup_cells
+from dlas.report.speedup import SpeedupCell, mean, speedup_cells
 from dlas.report.tables import (
     PRUNING,
     Cells,
@@ -33,7 +85,7 @@ from dlas.report.tables import (
     speed_cells,
 )
 
-HELD, NOT_HELD, NOT_MEASURED = "held", "not held", "not measured"
+HELD, NOT_HELD, TIE, NOT_MEASURED = "held", "not held", "tie", "not measured"
 
 #: |Spearman rho| at or above this is a "strong" correlation.
 STRONG_CORRELATION = 0.8
@@ -49,6 +101,10 @@ RARELY_PCT = 50.0
 DRAMATIC = 2.0
 #: One platform is "generally faster" than another in at least this share of matched points.
 CONSISTENTLY = 0.75
+
+#: What narrows a tie: more timing of the same points, or more cases.
+TIE_NEEDS = ("narrower intervals: more timing rounds (`budgets: timing_rounds`) on a quiet "
+             "machine, or more cases (another entry in `models`)")
 
 
 @dataclass(frozen=True)
@@ -73,6 +129,17 @@ class Part:
     evidence: list[str] = field(default_factory=list)
     #: The point pairs its verdict rests on (empty for accuracy and correlation parts).
     comparisons: list[Comparison] = field(default_factory=list)
+    #: What would decide it, in sweep-config words: what to add when it is not measured,
+    #: what narrows the intervals when it is a tie; empty when it is decided.
+    needs: str = ""
+
+    def line(self, max_evidence: int) -> str:
+        """'name — status: evidence; ...; to decide it: needs', evidence capped."""
+        shown = self.evidence[:max_evidence]
+        more = len(self.evidence) - len(shown)
+        detail = "; ".join(shown) + (f"; ... {more} more" if more > 0 else "")
+        needs = f"; to decide it: {self.needs}" if self.needs else ""
+        return f"{self.name} — {self.status}: {detail}{needs}"
 
 
 @dataclass
@@ -82,14 +149,38 @@ class Observation:
     status: str
     partial: bool
     parts: list[Part]
+    #: The paper's own numbers behind the claim (experiments/paper.yaml), when given.
+    paper_numbers: str = ""
 
     @property
     def roman(self) -> str:
         return to_roman(self.number)
 
     @property
+    def ties(self) -> int:
+        """Parts that tie beside a decided verdict (a tie observation counts none)."""
+        return 0 if self.status == TIE else sum(p.status == TIE for p in self.parts)
+
+    @property
     def status_label(self) -> str:
-        return f"{self.status} (partly measured)" if self.partial else self.status
+        notes = ["partly measured"] if self.partial else []
+        if self.ties:
+            notes.append(f"{self.ties} part(s) a tie")
+        return f"{self.status} ({'; '.join(notes)})" if notes else self.status
+
+    @property
+    def key_numbers(self) -> str:
+        """The numbers behind our verdict: a deciding part's (a failing one when it did
+        not hold, a tie's when it is a tie), else every measured part's; for an
+        unmeasured observation, what would decide it."""
+        if self.status == NOT_MEASURED:
+            needs = next((p.needs for p in self.parts if p.needs), "")
+            return f"to decide: {needs}" if needs else ""
+        deciding = [p for p in self.parts if p.status == self.status and p.evidence]
+        if deciding:
+            return deciding[0].evidence[0]
+        return "; ".join(p.evidence[0] for p in self.parts
+                         if p.evidence and p.status != NOT_MEASURED)
 
 
 def to_roman(n: int) -> str:
@@ -101,18 +192,71 @@ def to_roman(n: int) -> str:
     return out
 
 
-def combine(number: int, claim: str, parts: list[Part]) -> Observation:
+def combine(number: int, claim: str, parts: list[Part], paper_numbers: str = ""
+            ) -> Observation:
+    """The observation's status from its parts' (see the module doc); a tie part that
+    does not say what would decide it is given `TIE_NEEDS`."""
+    for p in parts:
+        if p.status == TIE and not p.needs:
+            p.needs = TIE_NEEDS
     measured = [p for p in parts if p.status != NOT_MEASURED]
+    decided = [p for p in measured if p.status in (HELD, NOT_HELD)]
     if not measured:
         status = NOT_MEASURED
+    elif any(p.status == NOT_HELD for p in decided):
+        status = NOT_HELD
+    elif decided:
+        status = HELD
     else:
-        status = HELD if all(p.status == HELD for p in measured) else NOT_HELD
+        status = TIE
     return Observation(number, claim, status, bool(measured) and len(measured) < len(parts),
-                       parts)
+                       parts, paper_numbers)
 
 
-def _status(ok: bool) -> str:
-    return HELD if ok else NOT_HELD
+def _status(ok: bool | None) -> str:
+    """held / not held for a decided verdict, tie for None (undecided within noise)."""
+    return TIE if ok is None else HELD if ok else NOT_HELD
+
+
+def _not(flag: bool | None) -> bool | None:
+    return None if flag is None else not flag
+
+
+def _all(flags: Iterable[bool | None]) -> bool | None:
+    """Three-valued AND: False if any is False, True if all are True, else None."""
+    flags = list(flags)
+    if any(f is False for f in flags):
+        return False
+    return True if all(f is True for f in flags) else None
+
+
+def _any(flags: Iterable[bool | None]) -> bool | None:
+    """Three-valued OR: True if any is True, False if all are False, else None."""
+    flags = list(flags)
+    if any(f is True for f in flags):
+        return True
+    return False if all(f is False for f in flags) else None
+
+
+def _generally(name: str, flags: Sequence[bool | None], what: str, *,
+               threshold: float = GENERALLY, strict: bool = True,
+               lines: Iterable[str] = (), comparisons: Iterable[Comparison] = ()) -> Part:
+    """The share rule: `what` holds in more than (at least, unless strict) `threshold` of
+    the cases; a tied case (None) may go either way, so the share is an interval."""
+    n, yes = len(flags), sum(f is True for f in flags)
+    unsure = sum(f is None for f in flags)
+    share = Interval(yes / n, yes / n, (yes + unsure) / n)
+    ok = above(share, threshold) if strict else at_least(share, threshold)
+    span = _pct(share.low) + (f"-{_pct(share.high)}" if unsure else "")
+    head = (f"{what} in {yes} of {n} cases, {unsure} tie(s) within noise: {span} (rule: "
+            f"{'>' if strict else '>='} {_pct(threshold)}; a tie may go either way)")
+    return Part(name, _status(ok), [head, *lines], list(comparisons))
+
+
+def _dataset_option(role: str) -> str:
+    """A sweep's `datasets` entry for a paper dataset."""
+    return {"cifar10": "`datasets: cifar10` (or its stand-in `digits`)",
+            "imagenet": "`datasets: imagenet`"}.get(role, f"`datasets: {role}`")
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -144,10 +288,6 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     if vx == 0 or vy == 0:
         return None
     return cov / (vx * vy) ** 0.5
-
-
-def _share(flags: list[bool]) -> float:
-    return sum(flags) / len(flags)
 
 
 def _pct(x: float) -> str:
@@ -219,7 +359,10 @@ def obs_1(a: Analysis) -> list[Part]:
                                        len(pairs)))
     if not rhos:
         return [Part("correlations over >= 3 models", NOT_MEASURED,
-                     ["needs at least 3 models with MACs, accuracy and timings"])]
+                     ["needs at least 3 models with MACs, accuracy and timings"],
+                     needs="a third model: at least 3 `models` of one dataset that differ "
+                           "in MACs and accuracy, dense (`compression: none`), with accuracy "
+                           "and timings")]
     weak = [r for r in rhos if abs(r) < STRONG_CORRELATION]
     lines.append(f"rule: held when not every correlation is strong (|rho| >= "
                  f"{STRONG_CORRELATION}); {len(weak)} of {len(rhos)} are weak")
@@ -246,6 +389,20 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[Compariso
     return out
 
 
+_VERDICT = {True: "faster", False: "not faster", None: "tie within noise"}
+
+
+def _never_faster(name: str, cases: list[tuple[Comparison, bool | None]]) -> Part:
+    """ImageNet's half of II: no tuned pruned model faster; a tie may hide a win."""
+    wins = sum(f is True for _, f in cases)
+    ties = sum(f is None for _, f in cases)
+    ok = False if wins else True if not ties else None
+    return Part(name, _status(ok), [
+        f"best pruned model decidedly faster than best dense in {wins} of {len(cases)} tuned "
+        f"cases, {ties} tie(s) within noise (rule: in none; a tie may hide a win)",
+        *(f"{c.case}: {_VERDICT[f]}" for c, f in cases)], [c for c, _ in cases])
+
+
 def obs_2(a: Analysis) -> list[Part]:
     by_role = _pruned_vs_dense(a, tuned=True)
     parts = []
@@ -253,19 +410,17 @@ def obs_2(a: Analysis) -> list[Part]:
         cases = by_role.get(role, [])
         name = f"{role}: tuned pruned {'faster' if want_faster else 'never faster'} than dense"
         if not cases:
-            parts.append(Part(name, NOT_MEASURED, [f"no tuned pruned and dense {role} runs"]))
-            continue
-        wins = sum(f is True for _, f in cases)
-        ties = sum(f is None for _, f in cases)
-        share = wins / len(cases)
-        ok = share > GENERALLY if want_faster else wins == 0
-        verdict = {True: "faster", False: "not faster", None: "tie within noise"}
-        parts.append(Part(name, _status(ok), [
-            f"best pruned model decidedly faster than best dense in {wins} of {len(cases)} "
-            f"tuned cases ({_pct(share)}; ties count as not faster)",
-            ties_line(len(cases), ties),
-            *(f"{c.case}: {verdict[f]}" for c, f in cases),
-        ], [c for c, _ in cases]))
+            parts.append(Part(name, NOT_MEASURED, [f"no tuned pruned and dense {role} runs"],
+                              needs=f"`tuning: metaschedule` for a pruned (`compression: "
+                                    f"weight_pruning`, `algorithms: gemm_csr`) and a dense "
+                                    f"(`compression: none`) model of {_dataset_option(role)}"))
+        elif want_faster:
+            parts.append(_generally(
+                name, [f for _, f in cases], "best pruned model decidedly faster than best "
+                "dense (tuned)", lines=[f"{c.case}: {_VERDICT[f]}" for c, f in cases],
+                comparisons=[c for c, _ in cases]))
+        else:
+            parts.append(_never_faster(name, cases))
     return parts
 
 
@@ -307,7 +462,9 @@ def obs_3(a: Analysis) -> list[Part]:
     size = Part("size not strongly correlated with accuracy",
                 _status(all(size_ok)) if size_ok else NOT_MEASURED,
                 size_lines + [f"rule: |rho| < {STRONG_CORRELATION}"] if size_ok
-                else ["needs at least 3 models with parameters and accuracy"])
+                else ["needs at least 3 models with parameters and accuracy"],
+                needs="" if size_ok else "a third model: at least 3 `models` of one dataset "
+                                         "with their dense accuracy")
     vul_lines, rhos = [], []
     params_of = {(d, m): p for d, models in facts.items() for m, p, _, _ in models}
     for dataset, per_comp in _drops(a).items():
@@ -322,7 +479,10 @@ def obs_3(a: Analysis) -> list[Part]:
     vulnerable = Part("smaller models more vulnerable to compression",
                       _status(mean(rhos) < 0) if rhos else NOT_MEASURED,
                       vul_lines + ["rule: mean rho < 0 (fewer parameters, larger drop)"]
-                      if rhos else ["needs a compression applied to at least 3 models"])
+                      if rhos else ["needs a compression applied to at least 3 models"],
+                      needs="" if rhos else "one `compression` option (e.g. "
+                      "`weight_pruning`) applied to at least 3 `models` of one dataset, "
+                      "with accuracies")
     return [size, vulnerable]
 
 
@@ -333,6 +493,54 @@ def _by_model(cells: Iterable[SpeedupCell]) -> dict[tuple[Group, str], dict[str,
     return out
 
 
+_WP_CP_PAIRS = list[tuple[str, SpeedupCell, SpeedupCell]]
+
+
+def _less_expected(w: SpeedupCell, c: SpeedupCell) -> bool | None:
+    """Whether weight pruning reaches less of its expected speedup than channel pruning.
+    The dense time cancels: WP's share < CP's iff time(CP) / time(WP) < ratio(WP) /
+    ratio(CP), decided on that time ratio's interval."""
+    assert w.ratio is not None and c.ratio is not None
+    cmp = compare_points(w.best, c.best)  # ratio = time(CP) / time(WP)
+    if cmp.low is None or cmp.high is None:
+        return None
+    return _not(at_least(Interval(cmp.ratio or 0.0, cmp.low, cmp.high), w.ratio / c.ratio))
+
+
+def _obs4_ratio(pairs: _WP_CP_PAIRS) -> Part:
+    known = [(w, c) for _, w, c in pairs if w.ratio is not None and c.ratio is not None]
+    name = "weight pruning higher ratio"
+    if not known:
+        return Part(name, NOT_MEASURED, ["compression ratios unknown"],
+                    needs="pruned rows that record their sparsity (re-run `compression: "
+                          "[weight_pruning, channel_pruning]` with this dlas)")
+    return _generally(name, [w.ratio > c.ratio for w, c in known],  # type: ignore[operator]
+                      "weight pruning's compression ratio higher than channel pruning's")
+
+
+def _obs4_faster(pairs: _WP_CP_PAIRS) -> Part:
+    return _generally("weight pruning faster", [faster(w.best, c.best) for _, w, c in pairs],
+                      "weight pruning decidedly faster than channel pruning",
+                      comparisons=[Comparison(f"{label}: channel vs weight pruning", c.best,
+                                              w.best) for label, w, c in pairs])
+
+
+def _obs4_expected(pairs: _WP_CP_PAIRS) -> Part:
+    known = [(label, w, c) for label, w, c in pairs
+             if w.pct_expected is not None and c.pct_expected is not None]
+    name = "weight pruning less of its expected speedup"
+    if not known:
+        return Part(name, NOT_MEASURED, ["compression ratios unknown"],
+                    needs="pruned rows that record their sparsity (re-run `compression: "
+                          "[weight_pruning, channel_pruning]` with this dlas)")
+    return _generally(name, [_less_expected(w, c) for _, w, c in known],
+                      "weight pruning decidedly reaches less of its expected speedup than "
+                      "channel pruning", lines=[
+        f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup:.2f}x, "
+        f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup:.2f}x, "
+        f"{c.pct_expected or 0:.1f}%" for label, w, c in known])
+
+
 def obs_4(a: Analysis) -> list[Part]:
     pairs = []
     for (group, model), comps in _by_model(a.speedups).items():
@@ -340,80 +548,93 @@ def obs_4(a: Analysis) -> list[Part]:
         if "weight_pruning" in comps and cp is not None:
             pairs.append((f"{group.label} {model}", comps["weight_pruning"], cp))
     if not pairs:
-        return [Part(n, NOT_MEASURED, ["needs weight and channel pruning of the same model"])
+        needs = ("`compression: [none, weight_pruning, channel_pruning]` for the same model, "
+                 "with their CSR `algorithms` (e.g. gemm_csr)")
+        return [Part(f"weight pruning {n}", NOT_MEASURED,
+                     ["needs weight and channel pruning of the same model"], needs=needs)
                 for n in ("higher ratio", "faster", "less of its expected speedup")]
-    tests: list[tuple[str, Callable[[SpeedupCell, SpeedupCell], bool | None]]] = [
-        ("higher ratio", lambda w, c: None if w.ratio is None or c.ratio is None
-         else w.ratio > c.ratio),
-        ("faster", lambda w, c: faster(w.best, c.best)),
-        ("less of its expected speedup", lambda w, c: None if w.pct_expected is None
-         or c.pct_expected is None else w.pct_expected < c.pct_expected),
-    ]
-    parts = []
-    for name, test in tests:
-        results = [test(w, c) for _, w, c in pairs]
-        flags = [f for f in results if f is not None]
-        ties = len(results) - len(flags) if name == "faster" else 0
-        if not flags:
-            why = "every comparison a tie within noise" if ties else "ratios unknown"
-            parts.append(Part(f"weight pruning {name}", NOT_MEASURED, [why]))
-            continue
-        share = _share(flags)
-        evidence = [f"weight pruning {name} than channel pruning in {sum(flags)} of "
-                    f"{len(flags)} decided cases ({_pct(share)}; rule: > {_pct(GENERALLY)})"]
-        if name == "faster":
-            evidence.append(ties_line(len(results), ties))
-        compared = [Comparison(f"{label}: channel vs weight pruning", c.best, w.best)
-                    for label, w, c in pairs] if name == "faster" else []
-        parts.append(Part(f"weight pruning {name}", _status(share > GENERALLY), evidence,
-                          compared))
-    parts[-1].evidence += [
-        f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup:.2f}x, "
-        f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup:.2f}x, "
-        f"{c.pct_expected or 0:.1f}%" for label, w, c in pairs]
-    return parts
+    return [_obs4_ratio(pairs), _obs4_faster(pairs), _obs4_expected(pairs)]
 
 
-def _varies(x: float, y: float) -> bool:
-    straddle = (x < 1) != (y < 1)
-    return straddle or max(x, y) / min(x, y) >= VARIES
+def _slowdown(iv: Interval) -> bool | None:
+    """Whether a speedup is decidedly below 1 (True), at or above it (False), or a tie."""
+    return _not(at_least(iv, 1.0))
 
 
-def obs_5(a: Analysis) -> list[Part]:
-    per: dict[tuple[Group, str], dict[str, float]] = defaultdict(dict)
+def _varies(x: Interval, y: Interval) -> bool | None:
+    """Whether two speedups vary (see the module doc): one decidedly >= VARIES times the
+    other, or decidedly on opposite sides of 1; None when the intervals leave it open."""
+    sx, sy = _slowdown(x), _slowdown(y)
+    straddle = None if sx is None or sy is None else sx != sy
+    r = ratio_interval(x, y)
+    far = True if r.low >= VARIES or r.high <= 1 / VARIES else (
+        False if 1 / VARIES < r.low and r.high < VARIES else None)
+    return _any([straddle, far])
+
+
+def _quant_speedups(a: Analysis) -> tuple[dict[tuple[Group, str], dict[str, Interval]],
+                                          list[Comparison]]:
+    """Per (group, float16 | int8): model -> speedup interval over the best dense point."""
+    per: dict[tuple[Group, str], dict[str, Interval]] = defaultdict(dict)
     compared = []
     for c in a.speedups:
         if c.compression in ("float16", "int8"):
-            per[(c.group, c.compression)][c.model_label] = c.speedup
+            per[(c.group, c.compression)][c.model_label] = speedup_interval(c.dense, c.best)
             compared.append(Comparison(f"{c.group.label} {c.model_label} {c.compression}",
                                        c.dense, c.best))
-    lines, dtype_flags, platform_flags = [], [], []
+    return per, compared
+
+
+def _by_dtype(per: dict[tuple[Group, str], dict[str, Interval]]
+              ) -> tuple[list[bool | None], list[str]]:
+    flags, lines = [], []
     for group in sorted({g for g, _ in per}, key=lambda g: g.label):
         f16, i8 = per.get((group, "float16"), {}), per.get((group, "int8"), {})
         both = sorted(f16.keys() & i8.keys())  # the same models, so only the type differs
         if both:
-            gf, gi = geomean(f16[m] for m in both), geomean(i8[m] for m in both)
-            dtype_flags.append(_varies(gf, gi))
-            lines.append(f"{group.label}: float16 {gf:.2f}x, int8 {gi:.2f}x over best dense "
-                         f"(geometric mean over {len(both)} models)")
-    for (g1, d1), (g2, d2) in itertools.combinations(sorted(per, key=lambda k: (k[0].label,
-                                                                                 k[1])), 2):
+            gf = geomean_interval(f16[m] for m in both)
+            gi = geomean_interval(i8[m] for m in both)
+            flags.append(_varies(gf, gi))
+            lines.append(f"{group.label}: float16 {gf.text(unit='x')}, int8 "
+                         f"{gi.text(unit='x')} over best dense (geometric mean over "
+                         f"{len(both)} models)")
+    return flags, lines
+
+
+def _by_platform(per: dict[tuple[Group, str], dict[str, Interval]]
+                 ) -> tuple[list[bool | None], list[str]]:
+    flags, lines = [], []
+    keys = sorted(per, key=lambda k: (k[0].label, k[1]))
+    for (g1, d1), (g2, d2) in itertools.combinations(keys, 2):
         same_setting = (d1, g1.dataset, g1.device, g1.tuning) == (d2, g2.dataset, g2.device,
                                                                   g2.tuning)
         common = sorted(per[(g1, d1)].keys() & per[(g2, d2)].keys())
         if same_setting and g1.platform != g2.platform and common:
-            s1 = geomean(per[(g1, d1)][m] for m in common)
-            s2 = geomean(per[(g2, d2)][m] for m in common)
-            platform_flags.append(_varies(s1, s2))
-            lines.append(f"{short(d1)}: {s1:.2f}x on {g1.label}, {s2:.2f}x on {g2.label}")
-    rule = (f"rule: varies when one speedup is >= {VARIES}x the other or one is a speedup "
-            "and the other a slowdown")
+            s1 = geomean_interval(per[(g1, d1)][m] for m in common)
+            s2 = geomean_interval(per[(g2, d2)][m] for m in common)
+            flags.append(_varies(s1, s2))
+            lines.append(f"{short(d1)}: {s1.text(unit='x')} on {g1.label}, "
+                         f"{s2.text(unit='x')} on {g2.label}")
+    return flags, lines
+
+
+def obs_5(a: Analysis) -> list[Part]:
+    per, compared = _quant_speedups(a)
+    dtype_flags, dtype_lines = _by_dtype(per)
+    platform_flags, platform_lines = _by_platform(per)
+    rule = (f"rule: varies when one speedup's interval is >= {VARIES}x the other's, or one "
+            "is a speedup and the other a slowdown; a tie when the intervals leave it open")
     return [
-        Part("by data type", _status(any(dtype_flags)) if dtype_flags else NOT_MEASURED,
-             lines + [rule] if dtype_flags else ["needs float16 and int8 of the same model"],
-             compared if dtype_flags else []),
-        Part("by platform", _status(any(platform_flags)) if platform_flags else NOT_MEASURED,
-             lines + [rule] if platform_flags else ["needs one data type on two platforms"]),
+        Part("by data type", _status(_any(dtype_flags)), dtype_lines + [rule], compared)
+        if dtype_flags else Part(
+            "by data type", NOT_MEASURED, ["needs float16 and int8 of the same model"],
+            needs="`compression: [none, float16, int8]` for the same model and target"),
+        Part("by platform", _status(_any(platform_flags)), platform_lines + [rule])
+        if platform_flags else Part(
+            "by platform", NOT_MEASURED, ["needs one data type on two platforms"],
+            needs="`compression: float16` or `int8` (and `none`) for the same models on two "
+                  "platforms of one kind: a second entry in `targets` (e.g. `remote`, a "
+                  "board over TVM RPC)"),
     ]
 
 
@@ -444,15 +665,41 @@ def obs_6(a: Analysis, paper: Paper | None) -> list[Part]:
                 i8_ok.append(i8 >= f16)
     return [
         Part("float16 negligible", _status(all(f16_ok)) if f16_ok else NOT_MEASURED,
-             f16_lines or ["no float16 accuracy measured"]),
+             f16_lines or ["no float16 accuracy measured"],
+             needs="" if f16_ok else "`compression: [none, float16]` with accuracy "
+                                     "measured (a dataset with test images)"),
         Part("calibrated int8 loses more than float16",
              _status(all(i8_ok)) if i8_ok else NOT_MEASURED,
-             i8_lines or ["no int8 accuracy measured"]),
+             i8_lines or ["no int8 accuracy measured"],
+             needs="" if i8_ok else "`compression: [none, float16, int8]` for the same "
+                                    "model, with accuracy measured"),
     ]
 
 
-def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Iterable[str],
-                 want: str) -> Part:
+def _family_flag(best: Point, rivals: list[Point], want: str) -> bool | None:
+    """Whether `want` is the fastest family: yes when the fastest and every algorithm of
+    another family it ties with are `want`, no when none is, a tie otherwise."""
+    in_play = {best.family} | {p.family for p in rivals}
+    return True if in_play == {want} else False if want not in in_play else None
+
+
+def _family_needs(want: str, device: str, tuned: bool | None, compressions: list[str]) -> str:
+    pruned = set(compressions) <= PRUNING
+    algorithm = f"{want}_csr" if pruned else want
+    model = "a pruned model (`compression: weight_pruning`)" if pruned else \
+        "a dense model (`compression: none`)"
+    tuning = "`tuning: metaschedule`, " if tuned else ""
+    target = "a GPU target (`targets: cuda`)" if device == "gpu" else "a CPU target " \
+        "(`targets: host`)"
+    return (f"{tuning}{model} with `algorithms: {algorithm}` and another algorithm "
+            f"family{' (CSR)' if pruned else ''}, on {target}")
+
+
+def _family_cases(a: Analysis, device: str, tuned: bool | None, compressions: list[str],
+                  want: str) -> tuple[list[tuple[str, Point, list[Point]]], list[Comparison]]:
+    """Per model and compression with `want` and another family measured: (label, the
+    fastest point, the points of other families it ties with), and the comparisons of
+    the decided ones (the fastest other family vs the fastest)."""
     cases: list[tuple[str, Point, list[Point]]] = []
     compared: list[Comparison] = []
     for group, models in a.cells.items():
@@ -460,39 +707,40 @@ def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Ite
             continue
         for model, cells in models.items():
             for comp in compressions:
-                families = {p.family for (c, _), p in cells.items() if c == comp}
+                candidates = [p for (c, _), p in cells.items() if c == comp]
+                families = {p.family for p in candidates}
                 if want not in families or len(families) < 2:
                     continue
-                best, ties = decided_fastest(p for (c, _), p in cells.items() if c == comp)
+                best, ties = decided_fastest(candidates)
                 if best is None:
                     continue
                 # a tie with another algorithm of the same family decides nothing here
                 rivals = [p for p in ties if p.family != best.family]
                 label = f"{group.label} {model} {short(comp)}"
-                runner_up = min((p for (c, _), p in cells.items() if c == comp
-                                 and p.family != best.family and p.latency_ms is not None),
+                runner_up = min((p for p in candidates if p.family != best.family
+                                 and p.latency_ms is not None),
                                 key=lambda p: p.latency_ms or 0.0, default=None)
                 if not rivals and runner_up is not None:
                     compared.append(Comparison(f"{label}: fastest other family vs fastest",
                                                runner_up, best))
                 cases.append((label, best, rivals))
+    return cases, compared
+
+
+def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Iterable[str],
+                 want: str) -> Part:
+    comps = list(compressions)
+    cases, compared = _family_cases(a, device, tuned, comps, want)
     name = f"{want} fastest on {device.upper()}"
     if not cases:
         return Part(name, NOT_MEASURED, [f"needs {want} and another algorithm measured on a "
-                                         f"{'tuned ' if tuned else ''}{device.upper()}"])
-    decided = [(label, p) for label, p, rivals in cases if not rivals]
-    ties = len(cases) - len(decided)
-    lines = [ties_line(len(cases), ties), *(
-        f"{label}: {p.algorithm}" + (f" (ties with {', '.join(r.algorithm for r in rivals)})"
-                                     if rivals else "") for label, p, rivals in cases)]
-    if not decided:
-        return Part(name, NOT_MEASURED, ["every fastest algorithm ties with another "
-                                         "family within noise", *lines])
-    flags = [p.family == want for _, p in decided]
-    share = _share(flags)
-    return Part(name, _status(share > GENERALLY), [
-        f"{want} decidedly fastest in {sum(flags)} of {len(flags)} decided cases "
-        f"({_pct(share)}; rule: > {_pct(GENERALLY)})", *lines], compared)
+                                         f"{'tuned ' if tuned else ''}{device.upper()}"],
+                    needs=_family_needs(want, device, tuned, comps))
+    lines = [f"{label}: {p.algorithm}" + (
+        f" (ties with {', '.join(r.algorithm for r in rivals)})" if rivals else "")
+        for label, p, rivals in cases]
+    return _generally(name, [_family_flag(p, rivals, want) for _, p, rivals in cases],
+                      f"{want} decidedly fastest", lines=lines, comparisons=compared)
 
 
 def obs_7(a: Analysis) -> list[Part]:
@@ -504,23 +752,33 @@ def obs_8(a: Analysis) -> list[Part]:
 
 
 def obs_9(a: Analysis) -> list[Part]:
-    return [_best_family(a, "cpu", None, PRUNING, "gemm"),
-            _best_family(a, "gpu", None, PRUNING, "direct")]
+    return [_best_family(a, "cpu", None, sorted(PRUNING), "gemm"),
+            _best_family(a, "gpu", None, sorted(PRUNING), "direct")]
+
+
+def _pct_expected(c: SpeedupCell) -> Interval:
+    """A compressed model's % of its expected speedup, with the speedup's interval."""
+    assert c.ratio is not None
+    return speedup_interval(c.dense, c.best).scaled(100.0 / c.ratio)
 
 
 def obs_10(a: Analysis) -> list[Part]:
     cells = [c for c in a.speedups if c.compression in PRUNING and c.pct_expected is not None]
+    name = "pruning below its expected speedup"
     if not cells:
-        return [Part("pruning below its expected speedup", NOT_MEASURED,
-                     ["needs pruned and dense timings of the same model"])]
-    pct = mean(c.pct_expected for c in cells if c.pct_expected is not None)
-    assert pct is not None
+        return [Part(name, NOT_MEASURED, ["needs pruned and dense timings of the same model"],
+                     needs="`compression: [none, weight_pruning]` (or `channel_pruning`) "
+                           "for the same model, with its CSR `algorithms` (e.g. gemm_csr)")]
+    pcts = [_pct_expected(c) for c in cells]
+    pct = mean_interval(pcts)
     reached = sum(1 for c in cells if (c.pct_expected or 0) >= 100)
-    return [Part("pruning below its expected speedup", _status(pct < RARELY_PCT), [
-        f"pruned models achieve {pct:.1f}% of their expected speedup on average over "
-        f"{len(cells)} cases (rule: < {RARELY_PCT:.0f}%); {reached} reach 100%",
+    return [Part(name, _status(_not(at_least(pct, RARELY_PCT))), [
+        f"pruned models achieve {pct.text('.1f', '%')} of their expected speedup on average "
+        f"over {len(cells)} cases (rule: < {RARELY_PCT:.0f}%, a tie when the interval "
+        f"spans it); {reached} reach 100%",
         *(f"{c.group.label} {c.model_label} {short(c.compression)}: {c.speedup:.2f}x of "
-          f"{c.ratio:.1f}x ideal = {c.pct_expected:.1f}%" for c in cells)],
+          f"{c.ratio:.1f}x ideal = {p.text('.1f', '%')}" for c, p in zip(cells, pcts,
+                                                                          strict=True))],
         [_dense_vs_compressed(c) for c in cells])]
 
 
@@ -542,56 +800,79 @@ def _untuned_tuned_pairs(a: Analysis) -> list[tuple[Point, Point]]:
     return pairs
 
 
-def obs_11(a: Analysis) -> list[Part]:
-    pairs = _untuned_tuned_pairs(a)
-    if not pairs:
-        return [Part(n, NOT_MEASURED, ["needs the same points untuned and tuned"])
-                for n in ("tuning accelerates dramatically", "tuning changes the best choice")]
-    gm = geomean(u.latency_ms / t.latency_ms for u, t in pairs)  # type: ignore[operator]
-    accel = Part("tuning accelerates dramatically", _status(gm >= DRAMATIC), [
-        f"tuned over untuned: geometric-mean speedup {gm:.2f}x over {len(pairs)} points "
-        f"(rule: >= {DRAMATIC}x)"],
+_TUNE_NEEDS = ("`tuning: [none, metaschedule]` for the same points (one model, compression "
+               "and algorithm, untuned and tuned)")
+
+
+def _accelerates(pairs: list[tuple[Point, Point]]) -> Part:
+    gm = geomean_interval(speedup_interval(u, t) for u, t in pairs)
+    return Part("tuning accelerates dramatically", _status(at_least(gm, DRAMATIC)), [
+        f"tuned over untuned: geometric-mean speedup {gm.text(unit='x')} over {len(pairs)} "
+        f"points (rule: >= {DRAMATIC}x, a tie when the interval spans it)"],
         [Comparison(f"{t.platform} {t.model_label} {short(t.compression)} {t.algorithm}", u, t)
          for u, t in pairs])
-    changes, compared = [], 0
-    compared_changes = tied_changes = 0
+
+
+def _choice_change(untuned: Iterable[Point], tuned: Iterable[Point],
+                   key: Callable[[Point], tuple[str, ...]]) -> tuple[bool | None, str]:
+    """Whether the fastest choice changes with tuning: the choices tied for fastest
+    untuned and tuned are disjoint (True), the same single choice (False), or overlap
+    within noise (None); with the two fastest, as 'a untuned, b tuned'."""
+    bu, tu = decided_fastest(untuned)
+    bt, tt = decided_fastest(tuned)
+    assert bu is not None and bt is not None
+    in_u, in_t = {key(p) for p in [bu, *tu]}, {key(p) for p in [bt, *tt]}
+    flag = True if not in_u & in_t else False if in_u == in_t and len(in_u) == 1 else None
+    return flag, f"{'+'.join(key(bu))} untuned, {'+'.join(key(bt))} tuned"
+
+
+def _changes(a: Analysis) -> tuple[list[bool | None], list[str]]:
+    """Every (model, compression) algorithm choice and every model's combination that was
+    measured untuned and tuned: whether tuning changed it, and a line per change."""
     by_setting: dict[tuple, dict[bool, Cells]] = defaultdict(dict)
     for group, models in a.cells.items():
         for model, cells in models.items():
             by_setting[(group.dataset, group.platform, model)][group.tuned] = cells
+    flags: list[bool | None] = []
+    lines = []
     for (_dataset, platform, model), both in by_setting.items():
-        if True not in both or False not in both:
+        if len(both) < 2:
             continue
-        compared += 1
         u, t = both[False], both[True]
-        for comp in {c for c, _ in u} & {c for c, _ in t}:
-            bu, tu = decided_fastest(p for (c, _), p in u.items() if c == comp)
-            bt, tt = decided_fastest(p for (c, _), p in t.items() if c == comp)
-            if bu and bt and bu.algorithm != bt.algorithm:
-                compared_changes += 1
-                if tu or tt:  # a fastest that ties with others is no change of choice
-                    tied_changes += 1
-                    continue
-                changes.append(f"{platform} {model} {short(comp)}: fastest algorithm "
-                               f"{bu.algorithm} untuned, {bt.algorithm} tuned")
-        ou, tu = decided_fastest(u.values())
-        ot, tt = decided_fastest(t.values())
-        if ou and ot and (ou.compression, ou.algorithm) != (ot.compression, ot.algorithm):
-            compared_changes += 1
-            if tu or tt:
-                tied_changes += 1
-                continue
-            changes.append(f"{platform} {model}: fastest combination "
-                           f"{short(ou.compression)}+{ou.algorithm} untuned, "
-                           f"{short(ot.compression)}+{ot.algorithm} tuned")
-    lines = (changes or [f"no decided change of fastest algorithm or combination in "
-                         f"{compared} models"]) + [
-        f"{tied_changes} of {compared_changes} apparent change(s) were ties within noise "
-        "(the fastest tied with another choice) and count as no change"]
-    change = Part("tuning changes the best choice",
-                  _status(bool(changes)) if compared else NOT_MEASURED,
-                  lines if compared else ["needs models tuned and untuned"])
-    return [accel, change]
+        checks = [(f"{short(comp)}: fastest algorithm", [p for (c, _), p in u.items()
+                                                          if c == comp],
+                   [p for (c, _), p in t.items() if c == comp], lambda p: (p.algorithm,))
+                  for comp in sorted({c for c, _ in u} & {c for c, _ in t})]
+        checks.append(("fastest combination", list(u.values()), list(t.values()),
+                       lambda p: (short(p.compression), p.algorithm)))
+        for what, pu, pt, key in checks:
+            flag, text = _choice_change(pu, pt, key)
+            flags.append(flag)
+            if flag is not False:
+                verdict = "changed" if flag else "may have changed (a tie)"
+                lines.append(f"{platform} {model} {what} {verdict}: {text}")
+    return flags, lines
+
+
+def obs_11(a: Analysis) -> list[Part]:
+    pairs = _untuned_tuned_pairs(a)
+    if not pairs:
+        return [Part(n, NOT_MEASURED, ["needs the same points untuned and tuned"],
+                     needs=_TUNE_NEEDS)
+                for n in ("tuning accelerates dramatically", "tuning changes the best choice")]
+    flags, lines = _changes(a)
+    name = "tuning changes the best choice"
+    if not flags:
+        change = Part(name, NOT_MEASURED, ["needs models tuned and untuned"],
+                      needs="`tuning: [none, metaschedule]` for one model with two "
+                            "`algorithms` (e.g. direct and spatial_pack)")
+    else:
+        changed, ties = sum(f is True for f in flags), sum(f is None for f in flags)
+        change = Part(name, _status(_any(flags)), [
+            f"tuning decidedly changed the fastest choice in {changed} of {len(flags)} "
+            f"choices, {ties} tie(s) within noise (rule: in any; the choices tied for "
+            "fastest untuned and tuned must not overlap)", *lines])
+    return [_accelerates(pairs), change]
 
 
 def obs_12(a: Analysis) -> list[Part]:
@@ -601,15 +882,37 @@ def obs_12(a: Analysis) -> list[Part]:
             by_key[(c.group.dataset, c.group.platform, c.model_label, c.compression)][
                 c.group.tuned] = c
     matched = [(v[False], v[True]) for v in by_key.values() if len(v) == 2]
+    name = "pruned relative speedup lower when tuned"
     if not matched:
-        return [Part("pruned relative speedup lower when tuned", NOT_MEASURED,
-                     ["needs pruned and dense models both untuned and tuned"])]
-    pu = mean(u.pct_expected for u, _ in matched if u.pct_expected is not None)
-    pt = mean(t.pct_expected for _, t in matched if t.pct_expected is not None)
-    assert pu is not None and pt is not None
-    return [Part("pruned relative speedup lower when tuned", _status(pt < pu), [
-        f"mean share of expected speedup: {pu:.1f}% untuned, {pt:.1f}% tuned over "
-        f"{len(matched)} pruned models"], [_dense_vs_compressed(t) for _, t in matched])]
+        return [Part(name, NOT_MEASURED,
+                     ["needs pruned and dense models both untuned and tuned"],
+                     needs="`tuning: [none, metaschedule]` for a pruned and a dense model "
+                           "of one dataset (`compression: [none, weight_pruning]`, "
+                           "`algorithms` with their CSR variants, e.g. gemm and gemm_csr)")]
+    pu = mean_interval(_pct_expected(u) for u, _ in matched)
+    pt = mean_interval(_pct_expected(t) for _, t in matched)
+    lower = _not(at_least(difference_interval(pt, pu), 0.0))
+    return [Part(name, _status(lower), [
+        f"mean share of expected speedup: {pu.text('.1f', '%')} untuned, "
+        f"{pt.text('.1f', '%')} tuned over {len(matched)} pruned models (rule: tuned lower; "
+        "a tie when the intervals overlap)"], [_dense_vs_compressed(t) for _, t in matched])]
+
+
+def _platform_pair(x: str, y: str, px: dict[tuple, Point], py: dict[tuple, Point]
+                   ) -> tuple[bool | None, list[str]]:
+    """Whether one of two platforms is faster in >= CONSISTENTLY of their matched points
+    (ties may go to either), with its evidence."""
+    common = px.keys() & py.keys()
+    verdicts = [faster(px[k], py[k]) for k in common]
+    x_faster = sum(v is True for v in verdicts)
+    y_faster = sum(v is False for v in verdicts)
+    ties = len(common) - x_faster - y_faster
+    winner, n = (x, x_faster) if x_faster >= y_faster else (y, y_faster)
+    share = Interval(n / len(common), n / len(common), (n + ties) / len(common))
+    return at_least(share, CONSISTENTLY), [
+        f"{winner} decidedly faster in {n} of {len(common)} matched points ({x} vs {y}; a "
+        f"tie may go either way: {_pct(share.low)}-{_pct(share.high)})",
+        ties_line(len(common), ties)]
 
 
 def obs_13(a: Analysis) -> list[Part]:
@@ -622,30 +925,27 @@ def obs_13(a: Analysis) -> list[Part]:
                 times[p.platform][key] = p
         lines, flags = [], []
         for x, y in itertools.combinations(sorted(times), 2):
-            common = times[x].keys() & times[y].keys()
-            if not common:
-                continue
-            verdicts = [faster(times[x][k], times[y][k]) for k in common]
-            x_faster = sum(v is True for v in verdicts)
-            y_faster = sum(v is False for v in verdicts)
-            share = max(x_faster, y_faster) / len(common)
-            winner, n = (x, x_faster) if x_faster >= y_faster else (y, y_faster)
-            flags.append(share >= CONSISTENTLY)
-            lines.append(f"{winner} decidedly faster in {n} of {len(common)} matched points "
-                         f"({x} vs {y}; ties count for neither)")
-            lines.append(ties_line(len(common), len(common) - x_faster - y_faster))
+            if times[x].keys() & times[y].keys():
+                flag, more = _platform_pair(x, y, times[x], times[y])
+                flags.append(flag)
+                lines += more
         name = f"one {device.upper()} generally faster than another"
         if not flags:
+            target = "`cuda` on another GPU" if device == "gpu" else "`remote`, an Arm " \
+                "board over TVM RPC"
             parts.append(Part(name, NOT_MEASURED,
-                              [f"needs two {device.upper()} platforms running the same points"]))
+                              [f"needs two {device.upper()} platforms running the same points"],
+                              needs=f"a second {device.upper()} platform in `targets` (e.g. "
+                                    f"{target}) timing the same points"))
         else:
-            parts.append(Part(name, _status(all(flags)), lines + [
+            parts.append(Part(name, _status(_all(flags)), lines + [
                 f"rule: one platform faster in >= {_pct(CONSISTENTLY)} of matched points"]))
     return parts
 
 
 def observations(points: Iterable[Point], paper: Paper | None = None) -> list[Observation]:
-    """All thirteen, in the paper's order, with the paper's wording when it is known."""
+    """All thirteen, in the paper's order, with the paper's wording and numbers when they
+    are known."""
     a = Analysis.of(points, paper)
     checks: list[Callable[[Analysis], list[Part]]] = [
         obs_1, obs_2, obs_3, obs_4, obs_5, lambda x: obs_6(x, paper), obs_7, obs_8, obs_9,
@@ -653,8 +953,8 @@ def observations(points: Iterable[Point], paper: Paper | None = None) -> list[Ob
     ]
     out = []
     for number, check in enumerate(checks, 1):
-        claim = ""
-        if paper is not None:
-            claim = " ".join(str(paper.observations.get(number, {}).get("claim", "")).split())
-        out.append(combine(number, claim, check(a)))
+        entry = paper.observations.get(number, {}) if paper is not None else {}
+        claim = " ".join(str(entry.get("claim", "")).split())
+        numbers = " ".join(str(entry.get("paper_numbers", "")).split())
+        out.append(combine(number, claim, check(a), numbers))
     return out
