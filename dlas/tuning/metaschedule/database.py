@@ -9,21 +9,37 @@ early stopping ended them, so that
 * a tuning run that was interrupted resumes: its measured trials are in the database
   (and seed the search), the ledger says how many remain;
 * asking for more trials than a workload got tunes only the difference.
+
+Several processes (a cluster's nodes over NFS, two sweeps on one workspace) may tune into
+one database at once. The JSON tables are appended to under the directory's lock, each
+record naming its workload's line in the shared file (`shared_database`). The ledger is
+read once, when the database is opened, and `save` merges this process's changes into
+what the file holds *now*, under the same lock (`merge_entry`), then replaces the file
+whole (a temporary file and `os.replace`): no process's update is lost, and no reader
+sees half a file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
+import logging
 import os
-from dataclasses import asdict, dataclass, field
+import secrets
+import time
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import tvm
-from tvm.s_tir import meta_schedule as ms
 from tvm_ffi import structural_hash
 
 from dlas.sweep.grid import digest
 from dlas.targets.base import TargetSpec
+from dlas.tuning.metaschedule.locks import exclusive
+from dlas.tuning.metaschedule.shared_database import SharedJSONDatabase
+
+log = logging.getLogger(__name__)
 
 LEDGER_FILE = "dlas_ledger.json"
 
@@ -74,19 +90,118 @@ class LedgerEntry:
     transfer_done: bool = False
 
 
+#: Counts of what was asked of and measured for a workload: both changed, the larger.
+_LARGER = ("trials", "requested", "point_budget")
+#: Fields with a rule of their own in `merge_entry` (not field by field).
+_OWN_RULE = ("transferred", "transfer_done", "minimal_us", "minimal_key", "task")
+
+
+def merge_entry(base: LedgerEntry | None, ours: LedgerEntry,
+                theirs: LedgerEntry | None) -> LedgerEntry:
+    """One workload's ledger entry after this process's save: `ours` (what this process
+    holds) merged into `theirs` (what the file holds now, other processes' saves
+    included), both derived from `base` (what this process last read or wrote).
+
+    The rule is a three-way merge, field by field: a field this process did not change
+    (ours == base) takes the file's value, one that only this process changed takes
+    ours, and only a field both changed needs a rule:
+
+    * `trials`, `requested`, `point_budget`: the larger. They count what was asked of and
+      measured for the workload, and the larger covers the smaller; the sum would count
+      the trials both processes read at the start twice, and an undercount is made good
+      by the records themselves (`needs` and `measured_trials` take the database's count
+      of them as a floor);
+    * `tuning_s`: the file's value plus this process's increment (both added time);
+    * `best_us`: the smaller (the records of both are in the database);
+    * `minimal_us` with `minimal_key` (one pair): the file's, measured first;
+    * `complete`, `ended_by`: ours, the account of the run that ended last (a bool that
+      both changed from one value has one new value anyway);
+    * `task`: the file's name (a workload shared by models has several names; the first
+      one stays).
+
+    Two fields only grow, whatever changed: `transferred` is the union of both mappings
+    and `transfer_done` is true if either says so. A new entry (no base) is merged as if
+    its base were a fresh `LedgerEntry`; an entry only the file has is kept as it is."""
+    if theirs is None:
+        return copy.deepcopy(ours)
+    base = base if base is not None else LedgerEntry(task=ours.task)
+    merged = copy.deepcopy(theirs)  # what nobody here changed stays the file's
+    for f in fields(LedgerEntry):
+        name = f.name
+        b, o, t = getattr(base, name), getattr(ours, name), getattr(theirs, name)
+        if name in _OWN_RULE or o == b:
+            continue
+        if t == b:  # only this process changed it
+            value = o
+        elif name in _LARGER:
+            value = max(o, t)
+        elif name == "tuning_s":
+            value = t + (o - b)
+        elif name == "best_us":
+            value = min((v for v in (o, t) if v is not None), default=None)
+        else:  # complete, ended_by: the run that ended last
+            value = o
+        setattr(merged, name, copy.deepcopy(value))
+    merged.transferred = {**theirs.transferred, **ours.transferred}
+    merged.transfer_done = theirs.transfer_done or ours.transfer_done
+    pair = [(x.minimal_us, x.minimal_key) for x in (base, ours, theirs)]
+    if pair[1] != pair[0] and pair[2] == pair[0]:  # only this process measured it
+        merged.minimal_us, merged.minimal_key = pair[1]
+    if ours.task != base.task and theirs.task == base.task:
+        merged.task = ours.task
+    return merged
+
+
+def read_ledger(path: Path) -> dict[str, LedgerEntry]:
+    """The ledger file's entries; an unreadable file (a torn write by an older dlas) is
+    set aside beside it and counts as empty (the records stay in the JSON tables)."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as err:
+        aside = path.with_name(f"{path.name}.unreadable-{int(time.time())}")
+        os.replace(path, aside)
+        log.warning("tuning ledger %s unreadable (%s): moved to %s; starting afresh",
+                    path, err, aside.name)
+        return {}
+    known = {f.name for f in fields(LedgerEntry)}
+    return {k: LedgerEntry(**{n: v for n, v in e.items() if n in known})
+            for k, e in raw.items()}
+
+
+def write_ledger(path: Path, ledger: dict[str, LedgerEntry]) -> None:
+    """Replace the ledger file whole: a temporary file of this process's own (two
+    writers never share one), flushed to disk, then renamed over it (atomic: a reader
+    sees the old file or the new one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    # os.open, not mkstemp: the file gets the umask's mode (mkstemp's is 0600), as the
+    # ledger always had, for workspaces shared between users
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({k: asdict(v) for k, v in ledger.items()}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 class TuningDatabase:
     """The JSON database and ledger of one target."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.database = ms.database.JSONDatabase(work_dir=str(self.path),
-                                                 module_equality="structural")
+        self.database = SharedJSONDatabase(self.path)
         self._ledger_path = self.path / LEDGER_FILE
-        self.ledger: dict[str, LedgerEntry] = {}
-        if self._ledger_path.exists():
-            raw = json.loads(self._ledger_path.read_text())
-            self.ledger = {k: LedgerEntry(**v) for k, v in raw.items()}
+        with exclusive(self.path):
+            self.ledger: dict[str, LedgerEntry] = read_ledger(self._ledger_path)
+        #: The ledger as this process last read or wrote it: what `save` merges against.
+        self._base: dict[str, LedgerEntry] = copy.deepcopy(self.ledger)
 
     def entry(self, mod: tvm.IRModule, task: str) -> LedgerEntry:
         return self.ledger.setdefault(workload_key(mod), LedgerEntry(task=task))
@@ -138,6 +253,14 @@ class TuningDatabase:
         return max(trials - max(entry.trials, self.measured_trials(mod)), 0)
 
     def save(self) -> None:
-        tmp = self._ledger_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: asdict(v) for k, v in self.ledger.items()}, indent=1))
-        os.replace(tmp, self._ledger_path)
+        """Write this process's ledger changes, merged (`merge_entry`) with what other
+        processes saved since it read the file: under the directory's lock, the file is
+        read again, merged, and replaced whole. This process's own entries stay as it
+        holds them (it reads the database once per point), so the next save merges
+        only what it changes from now on."""
+        with exclusive(self.path):
+            merged = read_ledger(self._ledger_path)
+            for key, ours in self.ledger.items():
+                merged[key] = merge_entry(self._base.get(key), ours, merged.get(key))
+            write_ledger(self._ledger_path, merged)
+        self._base = copy.deepcopy(self.ledger)

@@ -84,8 +84,12 @@ class TuningSettings:
 class TaskReport:
     task: str
     kind: str  # "dense" or "sparse"
-    #: "tuned", "reused", "transferred" (transfer only, no search), "untuned" (no budget
-    #: left), "failed" (no valid candidate).
+    #: "tuned" (searched at this point), "reused" (tuned by an earlier point),
+    #: "transferred" (no search trials for the workload, but schedules of other tuned
+    #: workloads were replayed and measured on it: at this point, or by an earlier one
+    #: whose records are reused; `source` says whether one of them or the minimal
+    #: schedule applies), "untuned" (no search trials and nothing transferred: the
+    #: minimal schedule applies), "failed" (no valid candidate).
     outcome: str
     trials: int = 0
     best_us: float | None = None
@@ -239,13 +243,12 @@ class MetaScheduleHook:
         changing |= {id(job) for plan in sessions for job in plan.reached}
         minimal = self._minimals(db, [task for _, task, _ in reused] + [
             job.task for job in jobs if id(job) in changing], target)
-        for job in jobs:
-            job.minimal_us, job.why = minimal.get(job.task.name, (None, ""))
+        for job in jobs:  # a task not measured here keeps what an earlier point measured
+            job.minimal_us, job.why = minimal.get(
+                job.task.name, (db.entry(job.task.mod, job.task.name).minimal_us, ""))
         for _, task, kind in reused:
             minimal_us, why = minimal[task.name]
-            entry = db.entry(task.mod, task.name)
-            report = TaskReport(task.name, kind, "reused", trials=entry.trials,
-                                best_us=db.best_us(task.mod), ended_by=entry.ended_by, note=why)
+            report = _reused_report(db, task, kind, why)
             self.report.tasks.append(_with_source(report, minimal_us, db, task))
         transferred = self._transfer(db, transfer_todo, target)
         if self.settings.transfer == "only":
@@ -268,10 +271,11 @@ class MetaScheduleHook:
         with target, db.database, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase()(mod)
         self.report.seconds = time.perf_counter() - start
+        transferred_tasks = self.report.count("transferred")
         self.say(f"tuning: {self.report.count('tuned')} tasks tuned, "
                  f"{self.report.count('reused')} reused from {self.db_dir.name}, "
-                 + (f"{self.report.count('transferred')} transferred, "
-                    if self.settings.transfer == "only" else "") +
+                 + (f"{transferred_tasks} transferred, "
+                    if transferred_tasks or self.settings.transfer == "only" else "") +
                  f"{self.report.count('untuned')} untuned, {self.report.trials} trials, "
                  f"{self.report.seconds:.0f}s")
         return tuned
@@ -456,9 +460,13 @@ class MetaScheduleHook:
             entry.requested = max(entry.requested, self.settings.trials_per_task)
             entry.complete, entry.ended_by = True, "scheduler"
             db.save()
-            return TaskReport(task.name, kind, "untuned", ended_by="scheduler",
-                              note="the point's trial budget went to tasks whose tuning "
-                              "gained more (gradient scheduler)")
+            note = ("the point's trial budget went to tasks whose tuning gained more "
+                    "(gradient scheduler)")
+            if entry.transferred:  # transferred schedules of this or an earlier point
+                return TaskReport(task.name, kind, "transferred", ended_by="scheduler",
+                                  best_us=db.best_us(task.mod),
+                                  note=f"{note}; transferred schedules measured")
+            return TaskReport(task.name, kind, "untuned", ended_by="scheduler", note=note)
         ended_by = ("early_stop" if p.stopped_early else
                     "budget" if p.trials >= job.need else
                     "scheduler" if spent >= budget else "space_exhausted")
@@ -526,6 +534,17 @@ def _same_values(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+def _reused_report(db: TuningDatabase, task: Task, kind: str, note: str) -> TaskReport:
+    """A task the ledger says needs nothing at this point. A workload never searched
+    (an earlier point's scheduler gave it no trials) whose records include transferred
+    schedules is labelled so, as that earlier point labelled it; else it is reused."""
+    entry = db.entry(task.mod, task.name)
+    searched = max(entry.trials, db.measured_trials(task.mod))
+    outcome = "transferred" if entry.transferred and searched == 0 else "reused"
+    return TaskReport(task.name, kind, outcome, trials=entry.trials,
+                      best_us=db.best_us(task.mod), ended_by=entry.ended_by, note=note)
+
+
 def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabase,
                  task: Task) -> TaskReport:
     """Say whether the schedule applied is the searched one or the minimal one. The
@@ -533,16 +552,19 @@ def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabas
     same module (the search can measure the minimal trace again, from the database's
     records it seeds its population with, and that reading may be the faster one)."""
     report.minimal_us = minimal_us
-    if minimal_us is None or report.outcome not in ("tuned", "reused", "failed",
-                                                    "transferred"):
+    if report.outcome not in ("tuned", "reused", "failed", "transferred"):
         return report
     if report.outcome == "failed":
-        report.source = "minimal"
+        report.source = "minimal" if minimal_us is not None else ""
         return report
     entry = db.entry(task.mod, task.name)
     best = db.best_schedule_key(task.mod)
+    # a transferred best is known by its key, measured minimal schedule or not (a point
+    # that measures nothing new reads no minimal time for a task it does not change)
     if best is not None and best in entry.transferred:
         report.source = f"transferred from {entry.transferred[best]}"
+        return report
+    if minimal_us is None:
         return report
     if entry.minimal_key is not None:
         kept_minimal = best == entry.minimal_key
