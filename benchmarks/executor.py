@@ -75,24 +75,28 @@ def _ray(config: SweepConfig, root: Path, nodes: int | None) -> tuple[float, Run
     ray); else a head that runs nothing plus `nodes` 2-CPU nodes."""
     import ray
 
+    from dlas.runner.ray_auth import secured_ray
     from dlas.runner.ray_executor import RayRunner
 
-    cluster = None
-    if nodes is not None:
-        from ray.cluster_utils import Cluster
-
-        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-        for _ in range(nodes):
-            cluster.add_node(num_cpus=2)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, include_dashboard=False, logging_level="ERROR",
-                 log_to_driver=False)
-    try:
+    if nodes is None:
         start = time.perf_counter()  # a local instance's start-up is part of its cost
         report = RayRunner(Workspace(root), console=_quiet()).run(config)
         return time.perf_counter() - start, report
-    finally:
-        if cluster is not None:
+    from ray.cluster_utils import Cluster
+
+    # on loopback and on the workspace's token, as the clusters dlas starts
+    with secured_ray(root, loopback=True):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        try:
+            for _ in range(nodes):
+                cluster.add_node(num_cpus=2)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, include_dashboard=False,
+                     logging_level="ERROR", log_to_driver=False)
+            start = time.perf_counter()
+            report = RayRunner(Workspace(root), console=_quiet()).run(config)
+            return time.perf_counter() - start, report
+        finally:
             ray.shutdown()
             cluster.shutdown()
 

@@ -215,8 +215,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from exc
         runner: Any = RayRunner(workspace, address=args.ray_address,
                                 progress=not args.no_progress)
+        refused: tuple[type[Exception], ...] = (RayUnreachable,)
     else:
         runner = Runner(workspace, progress=not args.no_progress)
+        refused = ()
     _print_run_estimate(config, runner.workspace)
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
@@ -231,7 +233,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"re-measuring {len(dropped)} point(s) {which}in fresh timing workers "
                       "(their cached timings were dropped; compiled modules are reused; "
                       "earlier timing runs stay in the history)")
-    report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
+    try:
+        report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
+    except refused as exc:  # e.g. the cluster refused this workspace's token: what to do
+        raise UsageError(str(exc)) from exc
     if report.interrupted:
         return INTERRUPTED
     bad = report.failed + report.verification_failed

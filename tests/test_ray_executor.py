@@ -1,5 +1,6 @@
-"""The Ray executor on a real multi-node Ray cluster on loopback (`ray.cluster_utils`):
-the local executor's outcome, and nothing lost when a node dies mid-sweep."""
+"""The Ray executor on a real multi-node Ray cluster on loopback (`ray.cluster_utils`, with
+token authentication as dlas's own clusters): the local executor's outcome, and nothing
+lost when a node dies mid-sweep."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from dlas.results.store import ResultStore
+from dlas.runner import ray_auth
 from dlas.runner.runner import Runner, Workspace
 from dlas.sweep.config import parse_config
 from tests.conftest import tiny_sweep
@@ -33,22 +35,26 @@ def sweep_text() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A head that runs nothing and two 2-CPU worker nodes, all on this machine; workers
-    import the test model from this checkout."""
+    """A head that runs nothing and two 2-CPU worker nodes, all on this machine's
+    loopback and on a token (`dlas.runner.ray_auth`); workers import the test model from
+    this checkout."""
     locks = tmp_path_factory.mktemp("locks")
     env = {"PYTHONPATH": str(ROOT), "DLAS_LOCK_DIR": str(locks)}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    workers = [c.add_node(num_cpus=2) for _ in range(2)]
-    c.wait_for_nodes()
-    ray.init(address=c.address, runtime_env={"env_vars": env}, include_dashboard=False,
-             logging_level="WARNING", log_to_driver=False)
     try:
-        yield c, workers
+        with ray_auth.secured_ray(tmp_path_factory.mktemp("ray-ws"), loopback=True):
+            c = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+            workers = [c.add_node(num_cpus=2) for _ in range(2)]
+            c.wait_for_nodes()
+            ray.init(address=c.address, runtime_env={"env_vars": env},
+                     include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+            try:
+                yield c, workers
+            finally:
+                ray.shutdown()
+                c.shutdown()
     finally:
-        ray.shutdown()
-        c.shutdown()
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

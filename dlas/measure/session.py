@@ -185,10 +185,11 @@ def _tracker_socket(tracker: RPCTracker, timeout: float) -> socket.socket:
         sock = socket.create_connection((tracker.host, tracker.port), timeout=timeout)
     except OSError as err:
         raise TrackerUnreachable(
-            f"no RPC tracker at {where} ({err}). Start one with `python -m "
-            f"tvm.exec.rpc_tracker --host 0.0.0.0 --port {tracker.port}` and register the "
-            f"board with `python -m tvm.exec.rpc_server --tracker {where} --key "
-            f"{tracker.key}` (see docs/targets.md)") from err
+            f"no RPC tracker at {where} ({err}). Start one on that address (not "
+            f"0.0.0.0: an open tracker runs anyone's code on the boards) with `python -m "
+            f"tvm.exec.rpc_tracker --host {tracker.host} --port {tracker.port}` and register "
+            f"the board with `python -m tvm.exec.rpc_server --tracker {where} --key "
+            f"{tracker.key}` (see docs/targets.md, Security)") from err
     try:
         sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
         magic = struct.unpack("<i", base.recvall(sock, 4))[0]

@@ -14,6 +14,9 @@ sharing a prefix share its tasks: one training feeds every compression.
   the SQLite results.
 - Damage: an entry whose files differ from its manifest (`Cache.check`) is reported and
   submitted like a missing one; the task discards it under its claim and computes it.
+- Security: the cluster dlas starts, and the driver joining one, use Ray's token
+  authentication with the workspace's token, and a local cluster listens on loopback
+  only (`dlas.runner.ray_auth`): an open Ray port runs any code sent to it.
 - Failures: a stage that raises is a failed point (recorded, the sweep goes on); a worker
   or node lost mid-stage has its task retried by Ray (`max_retries`), and its claim dies
   with it. Ctrl-C cancels the running tasks; what finished is cached, and the same
@@ -38,6 +41,7 @@ from typing import Any
 from dlas import registry
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
+from dlas.runner import ray_auth
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
@@ -67,23 +71,47 @@ TIMING_STAGES = frozenset({"measure", "baseline"})
 PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
 
 
+def _cancel(refs: list[Any]) -> None:
+    """Force-cancel the tasks still running. Those already finished are left alone: Ray
+    2.60's force-cancel of a task whose reply is arriving can abort the driver
+    (task_manager.cc "Tried to complete task that was not pending", seen on Ctrl-C)."""
+    import ray
+
+    if not refs:
+        return
+    _, unfinished = ray.wait(refs, num_returns=len(refs), timeout=0)
+    for ref in unfinished:
+        ray.cancel(ref, force=True)
+
+
 class RayUnreachable(ConnectionError):
     """The Ray cluster named by --ray-address cannot be reached."""
+
+
+class RayRefused(RayUnreachable):
+    """The Ray cluster named by --ray-address refused this driver's token."""
+
+
+def _is_host_port(address: str) -> bool:
+    """HOST:PORT (a GCS to check), not "auto", "local" or "ray://..." (left to Ray)."""
+    _, sep, port = address.rpartition(":")
+    return bool(sep) and port.isdigit() and "://" not in address
 
 
 def check_reachable(address: str, timeout_s: float = 5.0) -> None:
     """Fail fast on a HOST:PORT nobody listens on (ray.init would wait minutes); other
     forms ("auto", "local", "ray://...") are left to Ray."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or "://" in address:
+    if not _is_host_port(address):
         return
+    host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
     except OSError as exc:
         raise RayUnreachable(
             f"--ray-address {address}: no Ray cluster answers there ({exc}); start its "
-            "head with `ray start --head --port PORT` on that machine, or leave "
-            "--ray-address out to run on a new local Ray instance") from exc
+            "head with `ray start --head --port PORT` on that machine, with the "
+            "workspace's token (docs/cluster.md), or leave --ray-address out to run on a "
+            "new local Ray instance") from exc
 
 
 @contextlib.contextmanager
@@ -238,27 +266,57 @@ class RayRunner:
         self.report = RunReport()
         #: What timing runs record as their source ("sweep", "remeasure").
         self.timing_source = "sweep"
+        #: How the driver authenticates to the cluster (`ray_auth.describe`).
+        self._auth = ""
 
     # -- cluster --------------------------------------------------------------------
 
-    def _connect(self) -> bool:
-        """Connect to the cluster (or start a local Ray); True if this call started it."""
+    @contextlib.contextmanager
+    def _cluster(self) -> Iterator[None]:
+        """Within: connected to the cluster, or to a new local Ray, with the workspace's
+        token (`dlas.runner.ray_auth`); shut down on exit. A Ray this process already
+        joined (tests, the benchmark) is used as it is."""
         import ray
 
         if ray.is_initialized():
-            return False
-        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-        here = str(Path.cwd())
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+            self._auth = "authentication as this process already set it up"
+            yield
+            return
         # no address: a new local instance ("local"), not whatever cluster Ray would find
         # in /tmp/ray/ray_current_cluster; RAY_ADDRESS or --ray-address auto join one
         address = self.address or os.environ.get("RAY_ADDRESS") or "local"
         check_reachable(address)
+        with ray_auth.secured_ray(self.workspace.root,
+                                  loopback=ray_auth.is_loopback(address)) as auth:
+            self._auth = auth
+            self._init(address)
+            try:
+                yield
+            finally:
+                ray.shutdown()
+
+    def _init(self, address: str) -> None:
+        """`ray.init`, after a quick check that the cluster accepts this driver's token
+        (a refused `ray.init` retries for 20 s, then says only that it failed)."""
+        import ray
+
+        refusal = ray_auth.probe(address) if _is_host_port(address) else None
+        if refusal is not None:
+            raise RayRefused(self._refused_message(address, refusal))
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        here = str(Path.cwd())
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
         with _keep_sigterm_handler():
             ray.init(address=address, runtime_env={"env_vars": env},
                      include_dashboard=False, logging_level="WARNING",
                      configure_logging=True, log_to_driver=True)
-        return True
+
+    def _refused_message(self, address: str, refusal: ray_auth.Refusal) -> str:
+        exports = "python -m dlas.runner.ray_auth --workspace " + str(self.workspace.root)
+        return (f"--ray-address {address}: the cluster refused this driver ({refusal.reason}; "
+                f"this driver: {refusal.auth}). Start every node of the cluster with the "
+                f"workspace's token (`eval \"$({exports})\"` before `ray start`, "
+                "docs/cluster.md), or set RAY_AUTH_TOKEN_PATH to the token the cluster uses")
 
     @staticmethod
     def _node_cpus() -> float:
@@ -279,13 +337,12 @@ class RayRunner:
         start = time.perf_counter()
         points = expand(config)
         self.report = report = RunReport(points=len(points))
-        started = self._connect()
-        clean_stale(self.cache, Claims(self.cache.root), self.console)
-        self.console.sweep_header(config, points, self.workspace)
-        resources = ray.cluster_resources()
-        self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
-                          f"{resources.get('CPU', 0):g} CPUs")
-        try:
+        with self._cluster():
+            clean_stale(self.cache, Claims(self.cache.root), self.console)
+            self.console.sweep_header(config, points, self.workspace)
+            resources = ray.cluster_resources()
+            self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} "
+                              f"node(s), {resources.get('CPU', 0):g} CPUs; {self._auth}")
             with ResultStore(self.workspace.db_path) as store:
                 try:
                     self._run(config, points, store, fail_fast, retry_failed)
@@ -294,9 +351,6 @@ class RayRunner:
                 finally:
                     report.wall_seconds = time.perf_counter() - start
                     self.console.summary(report)
-        finally:
-            if started:
-                ray.shutdown()
         return report
 
     def _run(self, config: SweepConfig, points: list[Point], store: ResultStore,
@@ -423,13 +477,11 @@ class RayRunner:
                     done_count += 1
                     self._tally(node, result, done_count, total)
                 if stop:
-                    for ref in [*running, *group_refs]:
-                        ray.cancel(ref, force=True)
+                    _cancel([*running, *group_refs])
                     running.clear()
                     group_refs.clear()
         except KeyboardInterrupt:
-            for ref in [*running, *group_refs]:
-                ray.cancel(ref, force=True)
+            _cancel([*running, *group_refs])
             raise
 
     def _tally(self, node: Node, result: StageOutcome, done: int, total: int) -> None:
