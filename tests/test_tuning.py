@@ -116,8 +116,10 @@ def test_a_points_csr_and_dense_tasks_share_one_session(tmp_path: Path) -> None:
         for layer in (model[0], model[2]):
             layer.weight.mul_((torch.rand_like(layer.weight) >= 0.8).float())
     imp = import_torch_model(model, SHAPE)
+    # allocation "flops": the scheduler's own sharing (a budget of 5 shared by time would
+    # go to one task: fewer than MIN_TASK_TRIALS on a task are not worth its search)
     hook, result = _tune(imp, "direct_csr", tmp_path / "tuning", tmp_path / "a", trials=5,
-                         trials_per_task=4, trials_per_iter=2)
+                         trials_per_task=4, trials_per_iter=2, allocation="flops")
     tuned = [t for t in hook.report.tasks if t.outcome == "tuned"]
     assert {t.kind for t in tuned} == {"sparse", "dense"}, hook.report.summary()
     assert len([t for t in tuned if t.kind == "sparse"]) == 2, hook.report.summary()
@@ -139,7 +141,8 @@ def test_tasks_the_schedulers_first_round_cannot_reach_are_booked_without_a_spac
                           nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
                           nn.Conv2d(16, 4, 1), nn.ReLU()).eval()
     imp = import_torch_model(model, SHAPE)
-    settings = {"trials": 2, "trials_per_task": 2, "trials_per_iter": 2, "tasks": "convs"}
+    settings = {"trials": 2, "trials_per_task": 2, "trials_per_iter": 2, "tasks": "convs",
+                "allocation": "flops"}
     hook, result = _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", **settings)
     convs = [t for t in hook.report.tasks if t.note != "not a conv (tasks: convs)"]
     assert len(convs) == 3, hook.report.summary()

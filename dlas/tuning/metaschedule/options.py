@@ -40,6 +40,11 @@ class MetaScheduleParams(BaseModel):
         "algorithm and blocks, other shapes), measured as candidates that seed the search; "
         "'only' spends no search trials (cheap sweeps); false disables")
     transfer_sources: int = Field(4, ge=1, description="tuned workloads replayed per task")
+    allocation: Literal["time", "flops"] = Field(
+        "time", description="share the point's trials among its tasks in proportion to "
+        "each task's measured share of the model's time (after transfer-tuning, so a task a "
+        "transferred schedule made fast gets few), or by MACs, largest first, as many tasks "
+        "as one batch each reaches (MetaSchedule's gradient scheduler's first round)")
     tasks: Literal["all", "convs"] = Field(
         "all", description="tune every fused function, or only those holding a conv (the "
         "rest keep their minimal schedule; much cheaper on small machines)")
@@ -86,6 +91,7 @@ def metaschedule(params: MetaScheduleParams, ctx: TuningContext) -> ScheduleHook
         only_convs=params.tasks == "convs",
         transfer={True: "on", False: "off"}.get(params.transfer, "only"),  # type: ignore[arg-type]
         transfer_sources=params.transfer_sources,
+        allocation=params.allocation,
     )
     return MetaScheduleHook(settings, ctx.target, database_dir(ctx.work_dir, ctx.target),
                             say=ctx.say)

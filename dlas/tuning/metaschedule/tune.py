@@ -78,6 +78,10 @@ class TuningSettings:
     transfer: str = "on"
     #: Source workloads replayed per task.
     transfer_sources: int = 4
+    #: How the point's trials are shared among its tasks: "time" (in proportion to each
+    #: task's share of the model's time, measured: `allot_by_time`) or "flops" (the
+    #: gradient scheduler's first round over the tasks, largest MACs first).
+    allocation: str = "time"
 
 
 @dataclass
@@ -233,14 +237,18 @@ class MetaScheduleHook:
                 reused.append((i, task, kind))
             else:
                 jobs.append(_Job(i, task, kind, need))
-        sessions = [] if self.settings.transfer == "only" else [
+        by_time = self.settings.allocation == "time" and self.settings.transfer != "only"
+        # by time: planned once every task's time (minimal, or transferred) is measured
+        sessions = [] if self.settings.transfer == "only" or by_time else [
             self._session_plan(session) for session in _sessions(jobs)]
         transfer_todo = (self._transfer_todo(db, jobs) if self.settings.transfer != "off"
                          else [])
         # Minimal schedules are measured for the tasks whose schedule can change at this
-        # point (searched, or offered transferred schedules), so neither can lose to it.
+        # point (searched, or offered transferred schedules), so neither can lose to it;
+        # sharing the trials by time needs every task's.
         changing = {id(job) for job in transfer_todo}
-        changing |= {id(job) for plan in sessions for job in plan.reached}
+        changing |= {id(job) for job in jobs} if by_time else {
+            id(job) for plan in sessions for job in plan.reached}
         minimal = self._minimals(db, [task for _, task, _ in reused] + [
             job.task for job in jobs if id(job) in changing], target)
         for job in jobs:  # a task not measured here keeps what an earlier point measured
@@ -251,6 +259,8 @@ class MetaScheduleHook:
             report = _reused_report(db, task, kind, why)
             self.report.tasks.append(_with_source(report, minimal_us, db, task))
         transferred = self._transfer(db, transfer_todo, target)
+        if by_time:
+            sessions = [self._time_plan(db, session) for session in _sessions(jobs)]
         if self.settings.transfer == "only":
             for job in jobs:
                 self.report.tasks.append(_with_source(
@@ -385,6 +395,36 @@ class MetaScheduleHook:
             left -= min(per_iter, job.need)
         return _SessionPlan(budget, per_iter, reached, jobs[len(reached):])
 
+    def _time_plan(self, db: TuningDatabase, jobs: list[_Job]) -> _SessionPlan:
+        """A session whose trials are shared by time (`allot_by_time`): each task's time is
+        its calls x the best schedule measured for it so far (minimal, transferred or
+        searched), so a task that a transferred schedule already made fast gets few trials
+        (transfer-tuning's "small search") and a slow memory-bound one (a depthwise conv:
+        few MACs, much time) gets many. A task whose time could not be measured counts as
+        the median task."""
+        s = self.settings
+        times = [_task_time(db, job) for job in jobs]
+        known = sorted(t for t in times if t is not None)
+        median = known[len(known) // 2] if known else 1.0
+        times = [t if t is not None else median for t in times]
+        budget = min(s.trials, sum(job.need for job in jobs))
+        allotted = allot_by_time(times, [job.need for job in jobs], budget, MIN_TASK_TRIALS)
+        order = sorted(range(len(jobs)), key=lambda i: -times[i])
+        reached = [jobs[i] for i in order if allotted[i] > 0]
+        unreached = [jobs[i] for i in order if allotted[i] == 0]
+        for i in order:
+            jobs[i].need = allotted[i] or jobs[i].need
+        shares = ", ".join(f"{job.task.name} {job.need}" for job in reached)
+        if reached:
+            self.say(f"trials by each task's share of the model's time: {shares}"
+                     + (f"; {len(unreached)} task(s) too small for {MIN_TASK_TRIALS} trials"
+                        if unreached else ""))
+        # each task's batches are cut to its allotment (`TaskSearch`), so the first round
+        # reaches every task given trials without smaller batches (a batch costs a search
+        # step: ResNet18 w0.5's 256 trials took 688 s in batches of 17, 353 s in 64s)
+        return _SessionPlan(sum(job.need for job in reached), s.trials_per_iter, reached,
+                            unreached)
+
     def _tune_session(self, db: TuningDatabase, plan: _SessionPlan, n_tasks: int,
                       target: tvm.target.Target) -> list[TaskReport]:
         """Tune the plan's reached jobs in one MetaSchedule run: one builder, one runner
@@ -485,6 +525,52 @@ class MetaScheduleHook:
                               seconds=seconds, ended_by=ended_by, note=note)
         return TaskReport(task.name, kind, "tuned", trials=p.trials,
                           best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
+
+
+#: Fewer trials than this on a task are not worth its search's start (the first batch of
+#: an evolutionary search is mostly random samples).
+MIN_TASK_TRIALS = 8
+
+
+def allot_by_time(times: list[float], needs: list[int], budget: int,
+                  minimum: int) -> list[int]:
+    """Trials per task in proportion to its time, each at most its need, summing to at most
+    `budget`: water-filling. A task whose proportional share reaches its need gets its need
+    and leaves the rest to the others; while the smallest task's share is under `minimum`,
+    it gets none and the others share again; what rounding leaves goes to the largest
+    tasks. Pure, so the rule is tested by hand."""
+    allot = [0] * len(times)
+    active = [i for i, (t, n) in enumerate(zip(times, needs, strict=True)) if t > 0 and n > 0]
+    left = budget
+    while active and left > 0:
+        total = sum(times[i] for i in active)
+        raw = {i: left * times[i] / total for i in active}
+        capped = [i for i in active if raw[i] >= needs[i]]
+        if capped:
+            for i in capped:
+                allot[i] = needs[i]
+                left -= needs[i]
+            active = [i for i in active if i not in capped]
+            continue
+        smallest = min(active, key=lambda i: times[i])
+        if raw[smallest] < minimum and len(active) > 1:
+            active.remove(smallest)
+            continue
+        for i in active:
+            allot[i] = int(raw[i])
+        left -= sum(allot[i] for i in active)
+        for i in sorted(active, key=lambda i: -times[i]):
+            extra = min(left, needs[i] - allot[i])
+            allot[i] += extra
+            left -= extra
+        break
+    return [a if a >= min(minimum, budget) else 0 for a in allot]
+
+
+def _task_time(db: TuningDatabase, job: _Job) -> float | None:
+    """The task's time in one inference, us: its calls x its best schedule so far."""
+    measured = [t for t in (job.minimal_us, db.best_us(job.task.mod)) if t]
+    return job.task.weight * min(measured) if measured else None
 
 
 @dataclass
