@@ -32,6 +32,10 @@ def test_a_budget_too_small_for_every_task_goes_to_the_largest() -> None:
     assert allot_by_time(times, [64] * 10, 16, MIN_TASK_TRIALS) == [16] + [0] * 9
 
 
+def test_a_resumed_task_lacking_a_few_trials_gets_them() -> None:
+    assert allot_by_time([50.0, 50.0], [3, 1000], 100, 8) == [3, 97]
+
+
 def test_tasks_without_time_or_need_get_nothing_and_the_budget_holds() -> None:
     out = allot_by_time([0.0, 50.0, 50.0], [64, 0, 64], 100, 8)
     assert out == [0, 0, 64]

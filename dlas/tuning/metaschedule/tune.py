@@ -564,7 +564,9 @@ def allot_by_time(times: list[float], needs: list[int], budget: int,
             allot[i] += extra
             left -= extra
         break
-    return [a if a >= min(minimum, budget) else 0 for a in allot]
+    # a task lacking fewer than `minimum` trials (a resumed one) still gets what it lacks
+    return [a if a >= min(minimum, budget) or a == need else 0
+            for a, need in zip(allot, needs, strict=True)]
 
 
 def _task_time(db: TuningDatabase, job: _Job) -> float | None:
