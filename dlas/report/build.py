@@ -16,7 +16,7 @@ from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
-from dlas.report.profiles import load_profiles, profile_section
+from dlas.report.profiles import ProfiledPoint, load_profiles, profile_section
 from dlas.report.render import (
     Bullets,
     Cell,
@@ -333,7 +333,9 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
 
 
 def _observations_section(doc: Document, points: list[Point], paper: Paper,
-                          db_path: Path) -> None:
+                          profiled: dict[str, ProfiledPoint]) -> None:
+    """The thirteen observations; under each, the layers that decide it where the points
+    it compared have profiles (`profiled`, by point key)."""
     doc.add(Heading("The paper's thirteen observations"))
     doc.add(Para("Each observation is tested on our verified results where the data allows; "
                  "the rule each test applies is stated with its numbers. The paper asserts "
@@ -342,8 +344,6 @@ def _observations_section(doc: Document, points: list[Point], paper: Paper,
                  "some of its parts lacked the data; what would decide a part is said under "
                  "it."))
     obs = observations(points, paper)
-    # the layers behind each verdict, where the compared points have stored profiles
-    profiled = {item.point.key: item for item in load_profiles(db_path, points).points}
     rows: list[list[Cell | str]] = [
         [o.roman, o.claim, f"held: {o.paper_numbers}" if o.paper_numbers else "held",
          o.status_label, o.key_numbers] for o in obs]
@@ -449,8 +449,10 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _speed_section(doc, points, paper, experiment, out_dir, files)
     _speedup_section(doc, points, paper, experiment)
     _baseline_section(doc, points)
-    profile_section(doc, points, db_path, out_dir, files)  # only with stored profiles
-    _observations_section(doc, points, paper, db_path)
+    profiles = load_profiles(db_path, points)  # read once: two sections use them
+    profile_section(doc, profiles, out_dir, files)  # only with stored profiles
+    _observations_section(doc, points, paper,
+                          {item.point.key: item for item in profiles.points})
     _environment_section(doc, points)
     _verification_section(doc, points)
     md, page = out_dir / "report.md", out_dir / "report.html"

@@ -681,11 +681,11 @@ def _model_speedup(doc: Document, model: ModelKey, pairs: list[PairSpeedup], out
             speedup_table(pairs, model))
 
 
-def profile_section(doc: Document, points: Iterable[Point], db_path: Path, out: Path,
+def profile_section(doc: Document, loaded: LoadedProfiles, out: Path,
                     files: list[Path]) -> None:
-    """Add "Where the time goes" when some reported point has a current profile; add
-    nothing otherwise (a database without profiles reports as before)."""
-    loaded = load_profiles(db_path, points)
+    """Add "Where the time goes" when some reported point has a current profile
+    (`load_profiles`); add nothing otherwise (a database without profiles reports as
+    before)."""
     if not loaded.points:
         return
     doc.add(Heading("Where the time goes"), _intro(loaded))
