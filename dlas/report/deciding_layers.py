@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from dlas.profile.layers import PointProfile
 from dlas.report.observations import Comparison, Observation
 from dlas.report.profiles import (
+    ConvLayer,
     ProfiledPoint,
     align_convs,
     conv_layers,
@@ -139,12 +140,12 @@ class _Slot:
     weights: int | None = None
 
 
-def _layer_times(profile: PointProfile, renumber: dict[int, int] | None = None
-                 ) -> dict[str, _Slot]:
-    """Convs by index (`renumber`ed to the other point's, `align_convs`), other layers per
-    kind, and the time outside the layers."""
+def _layer_times(profile: PointProfile, convs: dict[int, ConvLayer],
+                 renumber: dict[int, int] | None = None) -> dict[str, _Slot]:
+    """Convs (`conv_layers` of the profile) by index (`renumber`ed to the other point's,
+    `align_convs`), other layers per kind, and the time outside the layers."""
     out: dict[str, _Slot] = {}
-    for own, conv in conv_layers(profile).items():
+    for own, conv in convs.items():
         index = renumber.get(own, -1 - own) if renumber is not None else own
         kind = conv.first.op.replace("_conv2d", "").replace("conv2d", "conv")
         out[f"conv:{index}"] = _Slot(f"{kind} {index} ({layer_shape(conv.first)})",
@@ -173,8 +174,9 @@ def explain(comparison: Comparison, profiled: dict[str, ProfiledPoint]
     base, other = profiled.get(comparison.base.key), profiled.get(comparison.other.key)
     if base is None or other is None or base.point.key == other.point.key:
         return None
-    renumber = align_convs(conv_layers(base.profile), conv_layers(other.profile))
-    before, after = _layer_times(base.profile), _layer_times(other.profile, renumber)
+    base_convs, other_convs = conv_layers(base.profile), conv_layers(other.profile)
+    before = _layer_times(base.profile, base_convs)
+    after = _layer_times(other.profile, other_convs, align_convs(base_convs, other_convs))
     changes = []
     nothing = _Slot("", 0.0)
     for key in [*before, *(k for k in after if k not in before)]:
