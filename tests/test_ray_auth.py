@@ -187,6 +187,19 @@ def test_only_a_driver_with_the_clusters_token_gets_in(head, tmp_path: Path) -> 
     assert "REFUSED" in out and "JOINED" not in out, out
     assert "Authentication token is missing or incorrect" in out
     assert f"token in {other / 'ray-auth-token'}" in out and "docs/cluster.md" in out
+    # and `dlas run` from that workspace stops with exit 2 and what to do, no traceback
+    from tests.conftest import tiny_sweep
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(tiny_sweep().replace("tiny_cnn", "resnet18"))  # no plugin there
+    done = subprocess.run([sys.executable, "-m", "dlas.cli", "run", str(config),
+                           "--executor", "ray", "--ray-address", address, "--workspace",
+                           str(other), "--no-progress"], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert "refused this driver" in said and "docs/cluster.md" in said, said
+    assert "Traceback" not in said, said
 
     # Ray's own driver, no token (Ray gives up after 20 tries; 1 is enough here); it
     # stays on loopback, or Ray would look for the head on the outward address
