@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -17,8 +17,12 @@ from rich.table import Table
 from dlas import registry
 from dlas.results.health import DamagedDatabaseError, check_database
 from dlas.runner.console import default_workspace, make_console, results_table
+from dlas.runner.executor_choice import EXECUTORS, ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from dlas.runner.sweep_executor import SweepExecutor
 
 console = make_console()
 
@@ -190,35 +194,23 @@ def _print_run_estimate(config, workspace) -> None:  # noqa: ANN001 - lazy-impor
                       markup=False)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from dlas.runner.runner import Runner
+def _executor(args: argparse.Namespace, workspace: Any) -> SweepExecutor:
+    """The executor --executor and --ray-address name (exit 2 with what to do where it
+    cannot run)."""
+    from dlas.runner.executor_choice import make_executor
 
+    try:
+        return make_executor(args.executor, workspace, address=args.ray_address,
+                             progress=not args.no_progress)
+    except ExecutorRefused as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     workspace = _workspace(args)
     check_database(workspace.db_path)  # before any work: the rows could not be stored
-    if args.ray_address and args.executor != "ray":
-        raise UsageError(f"--ray-address {args.ray_address}: only with --executor ray")
-    if args.executor == "ray":
-        from dlas.runner.ray_executor import (
-            RayRunner,
-            RayUnreachable,
-            check_reachable,
-            ray_available,
-        )
-
-        if not ray_available():
-            raise UsageError("--executor ray: Ray is not installed in this environment; "
-                             "run scripts/setup.sh (it installs the pinned ray)")
-        try:
-            check_reachable(args.ray_address or os.environ.get("RAY_ADDRESS") or "local")
-        except RayUnreachable as exc:
-            raise UsageError(str(exc)) from exc
-        runner: Any = RayRunner(workspace, address=args.ray_address,
-                                progress=not args.no_progress)
-        refused: tuple[type[Exception], ...] = (RayUnreachable,)
-    else:
-        runner = Runner(workspace, progress=not args.no_progress)
-        refused = ()
+    runner = _executor(args, workspace)
     _print_run_estimate(config, runner.workspace)
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
@@ -235,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                       "earlier timing runs stay in the history)")
     try:
         report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
-    except refused as exc:  # e.g. the cluster refused this workspace's token: what to do
+    except ExecutorRefused as exc:  # e.g. the cluster refused this workspace's token
         raise UsageError(str(exc)) from exc
     if report.interrupted:
         return INTERRUPTED
@@ -378,11 +370,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     workspace = _workspace(args)
     check_database(workspace.db_path)  # before any work: the rows could not be stored
-    result = reproduce(args.experiment, args.profile, workspace,
-                       out=_folder_arg(Path(args.out), "--out") if args.out else None,
-                       skip_unregistered=args.skip_unregistered,
-                       progress=not args.no_progress, retry_failed=args.retry_failed,
-                       profile_layers=profile_layers if args.profile_layers else None)
+    executor = _executor(args, workspace)
+    try:
+        result = reproduce(args.experiment, args.profile, workspace, executor=executor,
+                           out=_folder_arg(Path(args.out), "--out") if args.out else None,
+                           skip_unregistered=args.skip_unregistered,
+                           retry_failed=args.retry_failed,
+                           profile_layers=profile_layers if args.profile_layers else None)
+    except ExecutorRefused as exc:
+        raise UsageError(str(exc)) from exc
     console.print(f"sweep config: {result.sweep_file}")
     if result.skipped:
         console.print("[yellow]left out (not registered)[/]: " + escape(
@@ -394,6 +390,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dlas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    def executor_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--executor", choices=list(EXECUTORS), default="local",
+                       help="local: this process (default); ray: stages as tasks on a Ray "
+                            "cluster (docs/cluster.md)")
+        p.add_argument("--ray-address", metavar="ADDRESS",
+                       help="with --executor ray: the cluster to join (e.g. 10.0.0.1:6379, "
+                            "or 'auto' for the one running on this machine); default: "
+                            "$RAY_ADDRESS, else a new local Ray instance")
 
     def workspace_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("--workspace", default=os.environ.get("DLAS_WORKSPACE",
@@ -445,13 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-layers", action="store_true",
                    help="after the sweep, profile every measured point per layer (as dlas "
                         "profile; points already profiled at their current timing are kept)")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
-                   help="local: this process (default); ray: stages as tasks on a Ray "
-                        "cluster (docs/cluster.md)")
-    p.add_argument("--ray-address", metavar="ADDRESS",
-                   help="with --executor ray: the cluster to join (e.g. 10.0.0.1:6379, or "
-                        "'auto' for the one running on this machine); default: $RAY_ADDRESS, "
-                        "else a new local Ray instance")
+    executor_args(p)
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("profile", help="per-layer profile of every measured point of a "
@@ -513,6 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="profile every measured point per layer before the report, which "
                         "then shows where the time goes and the layers behind each "
                         "observation")
+    executor_args(p)
     p.set_defaults(fn=cmd_reproduce)
     return parser
 

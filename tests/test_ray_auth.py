@@ -150,7 +150,7 @@ from dlas.runner.ray_executor import RayRefused, RayRunner
 from dlas.runner.runner import Workspace
 runner = RayRunner(Workspace(sys.argv[1]), address=sys.argv[2], progress=False)
 try:
-    with runner._cluster():
+    with runner.session():
         print("JOINED", runner._auth, ray.get(ray.remote(lambda: 6 * 7).remote()))
 except RayRefused as exc:
     print("REFUSED", exc)
@@ -215,7 +215,7 @@ import ray
 from dlas.runner.ray_executor import RayRunner
 from dlas.runner.runner import Workspace
 runner = RayRunner(Workspace(sys.argv[1]), progress=False)
-with runner._cluster():
+with runner.session():
     mode = ray.get(ray.remote(lambda: os.environ.get("RAY_AUTH_MODE")).remote())
     print("GCS", ray.get_runtime_context().gcs_address, "WORKER_MODE", mode, flush=True)
     sys.stdin.readline()  # the test looks at what listens, then lets it go

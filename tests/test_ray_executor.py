@@ -244,3 +244,28 @@ def test_ctrl_c_stops_a_ray_sweep_and_the_same_run_resumes(tmp_path: Path) -> No
     assert resumed.ok == 4
     assert resumed.computed["train"] == 0 and resumed.reused["train"] >= 1
     assert not list((root / "cache").glob("*/.tmp-*"))
+
+
+def test_reproduce_runs_an_experiment_on_the_cluster(cluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`dlas reproduce EXPERIMENT --executor ray`: the Ray executor walks the same point
+    plans as the local one, so a local reproduction afterwards recomputes nothing."""
+    from dlas.report.reproduce import reproduce
+    from dlas.runner.ray_executor import RayRunner
+    from tests.test_experiments import _write_experiment
+
+    sweep = {"datasets": ["digits"], "models": ["tiny_cnn"], "compression": ["none"],
+             "algorithms": ["direct", "gemm"], "tuning": ["none", "onnxruntime"],
+             "budgets": {"epochs": 1, "finetune_epochs": 1, "data_fraction": 0.25,
+                         "batch_size": 64, "measure_repeat": 5, "verify_samples": 4,
+                         "timing_rounds": 2, "placement_wait_s": 0, "noise_budget_s": 1}}
+    _write_experiment(tmp_path / "exp", sweep)
+    monkeypatch.setenv("DLAS_EXPERIMENTS_DIR", str(tmp_path / "exp"))
+    ws = Workspace(tmp_path / "ws")
+    on_ray = reproduce("toy", "quick", ws, executor=RayRunner(ws, progress=False),
+                       progress=False)
+    assert (on_ray.run.ok, on_ray.run.failed) == (3, 0)
+    assert on_ray.run.computed["measure"] == 2 and on_ray.run.computed["baseline"] == 1
+    assert "| tiny_cnn | " in on_ray.report.markdown.read_text()
+    local = reproduce("toy", "quick", ws, progress=False)
+    assert local.run.ok == 3 and local.run.recomputed_nothing

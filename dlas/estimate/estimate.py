@@ -19,10 +19,8 @@ from dlas.estimate.costmodel import SIGNATURE, components
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import ScheduleResult, Task, simulate
 from dlas.estimate.work import StageWork, parent_of, stage_work
+from dlas.stages import STAGES
 from dlas.sweep.config import SweepConfig
-
-#: Stage order of the table (the runner's).
-STAGE_ORDER = ("data", "train", "compress", "import", "compile", "measure", "baseline")
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
         cached.update((s, k) for s, k in keys.items() if s != "data" and s not in todo)
         if todo:
             todo.add("data")  # every run that computes anything loads the dataset
-        for stage in STAGE_ORDER:
+        for stage in STAGES:
             if stage not in todo or (stage, keys[stage]) in index:
                 continue
             parent = parent_of(stage)
@@ -185,7 +183,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
         seconds[t.stage] += t.seconds
         measured_s[t.stage] += t.measured_s
     summaries = tuple(StageSummary(s, computed[s], stored[s], seconds[s], measured_s[s])
-                      for s in STAGE_ORDER if computed[s] or stored[s])
+                      for s in STAGES if computed[s] or stored[s])
     graph = [Task(f"{t.stage} {t.key}", t.seconds, t.deps) for t in tasks]
     return Estimate(sweep=config.name, points=len(points), runnable=runnable,
                     skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),

@@ -11,7 +11,7 @@ from dlas.report.build import ReportFiles, build_report
 from dlas.report.experiments import load_experiment, resolve_sweep
 
 if TYPE_CHECKING:
-    from dlas.runner.runner import RunReport, Workspace
+    from dlas.runner.sweep_executor import RunReport, SweepExecutor, Workspace
 
 
 @dataclass
@@ -24,14 +24,16 @@ class Reproduction:
 
 def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None = None,
               skip_unregistered: bool = False, progress: bool = True,
-              retry_failed: bool = False,
+              retry_failed: bool = False, executor: SweepExecutor | None = None,
               profile_layers: Callable[[Any, Workspace], None] | None = None
               ) -> Reproduction:
     """Resolve the profile's sweep, write it under WORKSPACE/experiments, run it with the
     workspace's cache (a second call recomputes nothing) and build its report (default
-    WORKSPACE/reports/<experiment>-<profile>). `profile_layers(config, workspace)`, when
-    given, profiles the measured points per layer before the report, so it shows where
-    the time goes and the layers behind each observation."""
+    WORKSPACE/reports/<experiment>-<profile>). `executor` runs the sweep (default: the
+    local one on `workspace`; `dlas.runner.executor_choice` makes a Ray one);
+    `profile_layers(config, workspace)`, when given, profiles the measured points per
+    layer before the report, so it shows where the time goes and the layers behind each
+    observation. Profiling times on this machine, whichever executor ran the sweep."""
     from dlas.runner.runner import Runner
     from dlas.sweep.grid import expand
 
@@ -40,7 +42,12 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
     sweep_file = workspace.root / "experiments" / f"{sweep_name}.yaml"
     config, skipped = resolve_sweep(experiment, profile, skip_unregistered=skip_unregistered,
                                     write_to=sweep_file)
-    run = Runner(workspace, progress=progress).run(config, retry_failed=retry_failed)
+    if executor is None:
+        executor = Runner(workspace, progress=progress)
+    elif executor.workspace.root != workspace.root:
+        raise ValueError(f"the executor runs on workspace {executor.workspace.root}, the "
+                         f"reproduction on {workspace.root}: give one workspace")
+    run = executor.run(config, retry_failed=retry_failed)
     notes = []
     if skipped:
         left_out = "; ".join(f"{layer}: {', '.join(n)}" for layer, n in skipped.items())

@@ -30,7 +30,6 @@ import os
 import signal
 import socket
 import threading
-import time
 import traceback
 from collections import defaultdict
 from collections.abc import Iterator
@@ -40,33 +39,27 @@ from typing import Any
 
 from dlas import registry
 from dlas.results.row import ResultRow
-from dlas.results.store import ResultStore
 from dlas.runner import ray_auth
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import StageExecutor, StageFailed, StageTally
-from dlas.runner.rows import failed_row, finish_row, new_row, record_timing, unmeasurable_row
-from dlas.runner.runner import (
-    RunReport,
-    Workspace,
-    clean_stale,
-    points_to_run,
-    record_row,
-)
-from dlas.runner.timing import group_key
+from dlas.runner.executor_choice import ExecutorRefused
+from dlas.runner.point_plan import PointPlan, complete_row
+from dlas.runner.rows import failed_row, new_row, unmeasurable_row
+from dlas.runner.sweep_executor import PlanExecutor, SweepRun, Workspace
 from dlas.stages import BY_NAME, STAGES, stage_keys
 from dlas.stages.base import StageEnv, StoredStage
+from dlas.stages.facts import CompileFacts, MeasureFacts
 from dlas.stages.keys import StageKeys
-from dlas.sweep.config import SweepConfig
-from dlas.sweep.grid import Point, expand
-from dlas.targets.resolve import resolve_target
+from dlas.stages.timed import TimedStage
+from dlas.sweep.grid import Point
 
 #: Times Ray re-runs a task whose worker or node died (a stage that raises is not retried:
 #: it is a result).
 MAX_RETRIES = 3
 #: Stages computed by the timing worker, a model's variants together.
-TIMING_STAGES = frozenset({"measure", "baseline"})
+TIMING_STAGES = frozenset(s.name for s in BY_NAME.values() if isinstance(s, TimedStage))
 #: Environment variables the driver passes to its workers (lock folder, thread count).
 PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
 
@@ -84,7 +77,7 @@ def _cancel(refs: list[Any]) -> None:
         ray.cancel(ref, force=True)
 
 
-class RayUnreachable(ConnectionError):
+class RayUnreachable(ExecutorRefused, ConnectionError):
     """The Ray cluster named by --ray-address cannot be reached."""
 
 
@@ -247,32 +240,26 @@ def run_timing_group_task(members: list[tuple[Point, StageKeys]], workspace_root
 
 @dataclass
 class _PointState:
-    index: int
-    point: Point
-    keys: StageKeys
+    plan: PointPlan
+    #: Its stored stages' entries, root first.
     nodes: list[Node]
     row: ResultRow
 
 
-class RayRunner:
+class RayRunner(PlanExecutor):
     """The Ray executor: the local executor's outcome, with stages spread over a cluster."""
 
     def __init__(self, workspace: Workspace, *, address: str | None = None,
                  progress: bool = True, console: RunConsole | None = None) -> None:
-        self.workspace = workspace
+        super().__init__(workspace, progress=progress, console=console)
         self.address = address
-        self.cache = Cache(workspace.cache_dir)
-        self.console = console or RunConsole(progress=progress)
-        self.report = RunReport()
-        #: What timing runs record as their source ("sweep", "remeasure").
-        self.timing_source = "sweep"
         #: How the driver authenticates to the cluster (`ray_auth.describe`).
         self._auth = ""
 
     # -- cluster --------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _cluster(self) -> Iterator[None]:
+    def session(self) -> Iterator[None]:  # type: ignore[override]
         """Within: connected to the cluster, or to a new local Ray, with the workspace's
         token (`dlas.runner.ray_auth`); shut down on exit. A Ray this process already
         joined (tests, the benchmark) is used as it is."""
@@ -329,51 +316,18 @@ class RayRunner:
 
     # -- the sweep ------------------------------------------------------------------
 
-    def run(self, config: SweepConfig, *, fail_fast: bool = False,
-            retry_failed: bool = False) -> RunReport:
+    def opened(self) -> None:
         import ray
 
-        registry.load_plugins()
-        start = time.perf_counter()
-        points = expand(config)
-        self.report = report = RunReport(points=len(points))
-        with self._cluster():
-            clean_stale(self.cache, Claims(self.cache.root), self.console)
-            self.console.sweep_header(config, points, self.workspace)
-            resources = ray.cluster_resources()
-            self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} "
-                              f"node(s), {resources.get('CPU', 0):g} CPUs; {self._auth}")
-            with ResultStore(self.workspace.db_path) as store:
-                try:
-                    self._run(config, points, store, fail_fast, retry_failed)
-                except KeyboardInterrupt:
-                    report.interrupted = True
-                finally:
-                    report.wall_seconds = time.perf_counter() - start
-                    self.console.summary(report)
-        return report
+        resources = ray.cluster_resources()
+        self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} "
+                          f"node(s), {resources.get('CPU', 0):g} CPUs; {self._auth}")
 
-    def _run(self, config: SweepConfig, points: list[Point], store: ResultStore,
-             fail_fast: bool, retry_failed: bool) -> None:
+    def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
         import ray
 
-        report = self.report
-        states: list[_PointState] = []
-        sweep = config.name
-        self._sweep = sweep
-        for i, point in points_to_run(points, store, report, self.console,
-                                      retry_failed=retry_failed, sweep=sweep):
-            row = new_row(point, sweep)
-            if point.blocked:
-                row.update(status="not_runnable", error=point.blocked)
-                self._record(store, row, _PointState(i, point, StageKeys(()), [], row))
-                continue
-            keys = stage_keys(point)
-            chain = [Node(s, k) for s, k in keys.items() if s != "data"]
-            if not point.is_baseline and resolve_target(point).unmeasurable:
-                chain = chain[:-1]  # compiled and cached; nothing here can run it
-            states.append(_PointState(i, point, keys, chain, row))
-
+        states = [_PointState(plan, [Node(s.name, plan.keys[s.name]) for s in plan.stored],
+                              new_row(plan.point, run.name)) for plan in plans]
         needed: dict[Node, _PointState] = {}  # each entry once, for its first point
         parent: dict[Node, Node | None] = {}
         for state in states:
@@ -385,9 +339,9 @@ class RayRunner:
             check = self.cache.check(node.stage, node.key)
             if check.usable:
                 outcome[node] = StageOutcome(meta=self.cache.meta(node.stage, node.key))
-                report.reused[node.stage] += 1
+                self.report.reused[node.stage] += 1
             elif check.damaged:  # submitted like a missing entry; the task discards it
-                report.damaged[node.stage] += 1
+                self.report.damaged[node.stage] += 1
                 self.console.damaged(check)
 
         remote = ray.remote(run_stage_task)
@@ -397,16 +351,15 @@ class RayRunner:
         groups: dict[str, list[tuple[Node, _PointState]]] = defaultdict(list)
         for node, state in needed.items():
             if node.stage in TIMING_STAGES:
-                groups[group_key(state.point)].append((node, state))
+                groups[state.plan.group].append((node, state))
         group_refs: dict[Any, list[Node]] = {}
         running: dict[Any, Node] = {}
         submitted: set[Node] = set()
         pending_points = list(states)
-        stop = False
         done_count, total = len(outcome), len(needed)
         try:
             while True:
-                if not stop:
+                if not run.stopped:
                     for node, state in needed.items():
                         up = parent[node]
                         if node in outcome or node in submitted or node.stage in TIMING_STAGES:
@@ -414,16 +367,17 @@ class RayRunner:
                         if up is not None and (up not in outcome or outcome[up].meta is None):
                             continue
                         stage = BY_NAME[node.stage]
-                        res = stage.resources_for(state.point)
+                        res = stage.resources_for(state.plan.point)
                         cpus = timing_cpus if res.exclusive else min(res.cpus, timing_cpus)
                         ref = remote.options(num_cpus=cpus, max_retries=MAX_RETRIES,
                                              name=f"dlas {node}").remote(
-                            state.point, node.stage, state.keys, str(self.workspace.root),
+                            state.plan.point, node.stage, state.plan.keys,
+                            str(self.workspace.root),
                             str(self.workspace.cache_dir))
                         running[ref] = node
                         submitted.add(node)
                 self._propagate_failures(needed, parent, outcome)
-                if not stop:
+                if not run.stopped:
                     for members in groups.values():
                         todo = [(n, st) for n, st in members
                                 if n not in outcome and n not in submitted]
@@ -434,20 +388,16 @@ class RayRunner:
                         ref = remote_group.options(
                             num_cpus=timing_cpus, max_retries=MAX_RETRIES,
                             name=f"dlas timing {len(todo)} variants").remote(
-                            [(st.point, st.keys) for _, st in todo],
+                            [(st.plan.point, st.plan.keys) for _, st in todo],
                             str(self.workspace.root), str(self.workspace.cache_dir),
                             self.timing_source)
                         group_refs[ref] = [n for n, _ in todo]
                         submitted.update(n for n, _ in todo)
                 self._propagate_failures(needed, parent, outcome)
                 for state in list(pending_points):
-                    if self._finish_point(state, outcome, store):
+                    if self._finish_point(state, outcome, run):
                         pending_points.remove(state)
-                        row = state.row
-                        self._record(store, row, state)
-                        if fail_fast and row.status in ("failed", "verification_failed"):
-                            self.console.note("stopping: --fail-fast and a point failed")
-                            stop = True
+                        self.record(run, state.plan, state.row)
                 if not running and not group_refs:
                     break
                 ready, _ = ray.wait([*running, *group_refs], num_returns=1)
@@ -476,7 +426,7 @@ class RayRunner:
                     outcome[node] = result
                     done_count += 1
                     self._tally(node, result, done_count, total)
-                if stop:
+                if run.stopped:
                     _cancel([*running, *group_refs])
                     running.clear()
                     group_refs.clear()
@@ -514,11 +464,11 @@ class RayRunner:
                     changed = True
 
     def _finish_point(self, state: _PointState, outcome: dict[Node, StageOutcome],
-                      store: ResultStore) -> bool:
+                      run: SweepRun) -> bool:
         """Fill the point's row once all its entries are known; False while some run."""
         if not all(node in outcome for node in state.nodes):
             return False
-        row, point = state.row, state.point
+        row, plan = state.row, state.plan
         seconds: defaultdict[str, float] = defaultdict(float)
         for node in state.nodes:
             result = outcome[node]
@@ -531,17 +481,12 @@ class RayRunner:
             return True
         facts = {n.stage: BY_NAME[n.stage].read_facts(outcome[n].meta)  # type: ignore[attr-defined]
                  for n in state.nodes}
-        if "measure" not in facts and "baseline" not in facts:
-            unmeasurable_row(row, resolve_target(point).unmeasurable, facts["compile"])
+        if plan.timed is None:  # compiled and cached; nothing here can run it
+            compiled = facts[plan.prepared[-1].name]
+            assert isinstance(compiled, CompileFacts)
+            unmeasurable_row(row, plan.unmeasurable, compiled)
             return True
-        stage = "measure" if "measure" in facts else "baseline"
-        measured = facts[stage]
-        history = record_timing(store, point, state.keys[stage], measured)
-        finish_row(row, point, facts["train"], facts["compress"], facts["import"],
-                   facts.get("compile"), measured, history, state.keys[stage])
+        measured = facts[plan.timed.name]
+        assert isinstance(measured, MeasureFacts)
+        complete_row(run.store, plan, row, facts, measured)
         return True
-
-    def _record(self, store: ResultStore, row: ResultRow, state: _PointState) -> None:
-        self.console.point_start(state.index, self.report.points, state.point)
-        record_row(store, self.report, self.console, row, self._sweep)
-

@@ -9,7 +9,6 @@ shared key of a large grid once (48,000 points share 200 trained-and-compressed 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -84,18 +83,12 @@ class StageKeys:
         return self.keys[-1][0]
 
 
-@functools.cache
-def _chains() -> tuple[tuple[Stage[Any], ...], tuple[Stage[Any], ...]]:
-    from dlas.stages import BASELINE, COMPILE, COMPRESS, DATA, IMPORT, MEASURE, TRAIN
-
-    head = (DATA, TRAIN, COMPRESS, IMPORT)
-    return (*head, COMPILE, MEASURE), (*head, BASELINE)
-
-
 def point_stages(point: Point) -> tuple[Stage[Any], ...]:
-    """The stages a point runs: a baseline point's runtime replaces compile and measure."""
-    tvm, baseline = _chains()
-    return baseline if point.is_baseline else tvm
+    """The stages a point runs, root first (`dlas.stages.CHAINS`, derived from the
+    stages' parents): a baseline point's runtime replaces compile and measure."""
+    from dlas.stages import CHAINS
+
+    return CHAINS["baseline" if point.is_baseline else "measure"]
 
 
 def iter_stage_keys(point: Point, memo: KeyMemo | None = None,
