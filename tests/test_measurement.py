@@ -78,12 +78,14 @@ def test_every_row_has_an_interval_and_a_new_threshold_recomputes_nothing(
     assert first.ok == 2
     for row in first.rows:
         assert row.latency_ci_low_ms <= row.latency_median_ms <= row.latency_ci_high_ms
-        assert row.timing_rounds >= 2 and row.placement in ("near", "far")
+        assert row.timing_rounds >= 1 and row.placement in ("near", "far")
         assert row.latency_by_placement[row.placement]["median_ms"] == \
             pytest.approx(row.latency_median_ms)
         loaded = bool(row.loaded_rounds)  # other suites may share this machine
         wide = row.ci_relative_width > 0.10
-        assert row.noisy == int(loaded or wide)
+        few = row.timing_rounds < 2  # the sweep asks for 2: a busy machine discarded some
+        assert row.noisy == int(loaded or wide or few)
+        assert few == ("fewer than the 2 asked for" in (row.noise_reason or ""))
     capsys.readouterr()
 
     # forced noisy: no interval is narrower than zero

@@ -175,6 +175,10 @@ def latency_columns(runs: Sequence[TimingRun], ci_threshold: float) -> dict[str,
                        f"busy (up to {max(others, default=0):.2f} cores); retry budget spent")
     if rel > ci_threshold:
         reasons.append(f"95% CI {rel:.0%} of the median > {ci_threshold:.0%}")
+    if ci.rounds < min_rounds:  # e.g. a busy machine discarded the others
+        reasons.append(f"{ci.rounds} usable round(s) in its placement, fewer than the "
+                       f"{min_rounds} asked for (budgets.timing_rounds): the interval rests "
+                       "on too few")
     if placement not in PREFERENCE or placement == ERRATIC:
         reasons.append(f"no round had a steady placement ({placement})")
     if kept and disturbed > 2 * len(kept):
