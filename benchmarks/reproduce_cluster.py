@@ -30,6 +30,8 @@ from pathlib import Path
 
 from dlas import registry
 from dlas.estimate import estimate_sweep
+from dlas.estimate.estimate import Estimate
+from dlas.estimate.measured import load_workspace
 from dlas.estimate.render import duration
 from dlas.report.reproduce import Reproduction, reproduce
 from dlas.runner.sweep_executor import Workspace
@@ -52,6 +54,16 @@ def _verdicts(result: Reproduction) -> dict[str, str]:
         if m:
             verdicts.setdefault(m.group(1), m.group(2).strip())
     return verdicts
+
+
+def estimates(local: Reproduction, local_ws: Workspace, empty: Path, nodes: int
+              ) -> dict[int, Estimate]:
+    """`dlas plan --estimate --workers N` for 1 and N workers from an empty workspace,
+    with the stage costs the local run measured."""
+    config = load_config(local.sweep_file)
+    record = load_workspace(local_ws.cache_dir, local_ws.db_path)
+    return {n: estimate_sweep(config, empty / "cache", empty / "results.db", workers=n,
+                              record=record) for n in (1, nodes)}
 
 
 def _on_cluster(args: argparse.Namespace, root: Path) -> tuple[float, Reproduction]:
@@ -101,11 +113,7 @@ def main() -> None:
         local_wall = time.perf_counter() - start
         ray_wall, on_ray = _on_cluster(args, base / "ray")
 
-        config = load_config(local.sweep_file)
-        empty = base / "empty"
-        # the local run's measured stage costs, for a workspace that has none of them
-        est = {n: estimate_sweep(config, empty / "cache", local_ws.db_path, workers=n)
-               for n in (1, args.nodes)}
+        est = estimates(local, local_ws, base / "empty", args.nodes)
         print(f"\n{'executor':<34}{'ok':>4}{'failed':>8}{'wall':>10}{'x local':>9}"
               f"{'estimate':>11}")
         for name, wall, result, workers in (
