@@ -1,6 +1,8 @@
 """Run a sweep on this machine: every point through the stage graph, cached, resumable,
 failure-tolerant, and safe beside other dlas processes on the same workspace.
 
+- The local `SweepExecutor` (`dlas.runner.sweep_executor`): the shared base decides which
+  points run and records them; this walks each point's plan (`dlas.runner.point_plan`).
 - `dlas.runner.executor` runs each point's stages (`dlas.stages`): entries in the cache
   are loaded, missing ones computed once, across processes too (claims).
 - A failing point is recorded (stage, error, traceback) and the sweep goes on, unless
