@@ -57,9 +57,14 @@ COMPILE_S_PER_CONV = 0.10
 COMPILE_S_PER_CSR_CONV = 0.22
 
 # --- tuning (MetaSchedule) --------------------------------------------------------------
-#: One trial is mostly an LLVM build: DESIGN.md measured 4-9 s per trial on one
-#: ResNet18-w0.5 conv (2 builder workers) and about 4 s in dlas's pooled session.
-TRIAL_S = 4.0
+#: Seconds per budgeted trial in dlas's pooled session (builds overlapped with runs;
+#: early stopping spends fewer trials than budgeted). Zen 3: 256 trials over
+#: ResNet18-w0.5's convs in 277 s (1.08 s). Zen 5, the `day` profile's six ResNet18-w0.5
+#: tuned points: 1305 s for 6 x 256 budgeted trials (0.85 s; 0.7 s per trial run for
+#: direct and gemm, 1.3 s for spatial pack, 2.9 s for CSR spatial pack). Raw
+#: `ms.tune_tir` with 2 builder workers: 4-9 s (DESIGN.md). It was 4.0 s, which put the
+#: `day` profile at 8 hours.
+TRIAL_S = 1.0
 #: A session's builder pool, task extraction, minimal and transferred candidates.
 TUNING_FIXED_S = 10.0
 
