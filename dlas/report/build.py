@@ -332,6 +332,40 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
                   "time is than the baseline's."))
 
 
+def _reproducibility_section(doc: Document, points: list[Point]) -> None:
+    """How far independent timing runs agreed, per runtime (`dlas.results.reproducibility`):
+    what a row's interval does not say."""
+    from dlas.results.reproducibility import TVM, TimedPoint, pct, run_agreement
+
+    doc.add(Heading("Reproducibility: how far timing runs agree on this machine"))
+    unique = {p.key: p for p in points if p.is_timed and p.runs}
+    timed = [TimedPoint(p.describe(), p.tuning if p.baseline else TVM, p.runs)
+             for p in unique.values()]
+    agreement = run_agreement(timed)
+    intro = ("A row's 95% interval says how well its timing runs pin its median down, not "
+             "where a new run would land: on shared cloud VMs the machine's state moves "
+             "over minutes, and some runtimes feel it far more than others "
+             "(docs/timing.md).")
+    if not agreement:
+        doc.add(Para(intro + " Every point here was timed in one run (or its runs were "
+                     "taken in different vCPU placements). `dlas run CONFIG --remeasure` "
+                     "times every point again from the cached modules; this section then "
+                     "shows, per runtime, how far two runs of one point differ."))
+        return
+    doc.add(Para(intro + " Every two timing runs of one point taken in the same vCPU "
+                 "placement, compared by their own medians; each row's figures pool all "
+                 "of its runs."))
+    doc.add(Table(
+        ["runtime", "points", "pairs of runs", "median difference", "worst difference",
+         "worst point (ms, ms)"],
+        [[RUNTIME_NAMES.get(a.runtime, "TVM" if a.runtime == TVM else a.runtime),
+          str(a.points), str(a.pairs), pct(a.median), pct(a.worst),
+          f"{a.worst_point} ({a.worst_ms[0]:.3g}, {a.worst_ms[1]:.3g})"]
+         for a in agreement],
+        "Difference between two runs of one point: |median A / median B - 1| with the "
+        "larger over the smaller."))
+
+
 def _observations_section(doc: Document, points: list[Point], paper: Paper,
                           profiled: dict[str, ProfiledPoint]) -> None:
     """The thirteen observations; under each, the layers that decide it where the points
@@ -453,6 +487,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     profile_section(doc, profiles, out_dir, files)  # only with stored profiles
     _observations_section(doc, points, paper,
                           {item.point.key: item for item in profiles.points})
+    _reproducibility_section(doc, points)
     _environment_section(doc, points)
     _verification_section(doc, points)
     md, page = out_dir / "report.md", out_dir / "report.html"
