@@ -206,6 +206,17 @@ def _executor(args: argparse.Namespace, workspace: Any) -> SweepExecutor:
         raise UsageError(str(exc)) from exc
 
 
+def _passes(text: str) -> int:
+    """`--passes N`: a whole number, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of passes, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"needs a number of passes >= 1, got {n}")
+    return n
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     workspace = _workspace(args)
@@ -215,18 +226,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
                          "noisy ones: give one of them")
-    if args.remeasure or args.remeasure_noisy:
-        from dlas.runner.remeasure import forget_timings
+    from dlas.runner.passes import ALL, NOISY, run_in_passes
 
-        dropped = forget_timings(config, runner.workspace.db_path, runner.cache,
-                                 only_noisy=args.remeasure_noisy)
-        runner.timing_source = "remeasure"
-        which = "flagged noisy " if args.remeasure_noisy else ""
-        console.print(f"re-measuring {len(dropped)} point(s) {which}in fresh timing workers "
-                      "(their cached timings were dropped; compiled modules are reused; "
-                      "earlier timing runs stay in the history)")
+    remeasure = ALL if args.remeasure else NOISY if args.remeasure_noisy else None
     try:
-        report = runner.run(config, fail_fast=args.fail_fast, retry_failed=args.retry_failed)
+        report = run_in_passes(runner, config, fail_fast=args.fail_fast,
+                               retry_failed=args.retry_failed, remeasure=remeasure,
+                               passes=args.passes)
     except ExecutorRefused as exc:  # e.g. the cluster refused this workspace's token
         raise UsageError(str(exc)) from exc
     if report.interrupted:
@@ -443,6 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time every measured point again in fresh timing workers, reusing "
                         "the compiled modules; every timing run is kept, and the rows' "
                         "figures and intervals cover all of them")
+    p.add_argument("--passes", type=_passes, default=None, metavar="N",
+                   help="timing passes: every measured point is timed N times, each pass "
+                        "after the last one finished every model, and its row pools the "
+                        "runs (default: the config's budgets.timing_passes; with "
+                        "--remeasure, N more runs of every point)")
     p.add_argument("--remeasure-noisy", action="store_true",
                    help="time again only the points flagged noisy (busy machine or a wide "
                         "confidence interval)")

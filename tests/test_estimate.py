@@ -180,3 +180,19 @@ def test_cli_bad_workers_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
     captured = capsys.readouterr()
     assert f"--workers {workers}" in captured.out + captured.err
     assert "Traceback" not in captured.out + captured.err
+
+
+def test_timing_passes_multiply_the_timing_stages_only(tmp_path: Path) -> None:
+    """budgets.timing_passes: 3 times every point three times (`dlas.runner.passes`): the
+    measure stage costs three times as much, training and compiling the same; the point
+    keys do not change (a cached sweep is not redone for it)."""
+    one = _config()
+    three = parse_config(tiny_sweep("est", algorithms=["direct", "gemm"]).replace(
+        "budgets:\n", "budgets:\n  timing_passes: 3\n", 1))
+    assert three.budgets.timing_passes == 3
+    assert [p.key for p in expand(one)] == [p.key for p in expand(three)]
+    by_one = {s.stage: s.seconds for s in _estimate(tmp_path, one).stages}
+    by_three = {s.stage: s.seconds for s in _estimate(tmp_path, three).stages}
+    assert by_three["measure"] == pytest.approx(3 * by_one["measure"])
+    assert by_three["train"] == pytest.approx(by_one["train"])
+    assert by_three["compile"] == pytest.approx(by_one["compile"])

@@ -172,3 +172,50 @@ def test_remeasure_noisy_then_remeasure_keep_every_run(
         assert len(store.timing_runs(again.point_key, again.timing_key)) == 3
     assert again.timing_runs == 3
     assert main([*args, "--remeasure", "--remeasure-noisy"]) == 2  # one or the other
+
+    # --passes N with --remeasure: N more timing runs, one pass after the other
+    assert main([*args, "--remeasure", "--passes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "(timing pass 1 of 2)" in out and "(timing pass 2 of 2)" in out
+    with ResultStore(tmp_path / "ws" / "results.db") as store:
+        (twice,) = store.rows()
+        runs = store.timing_runs(twice.point_key, twice.timing_key)
+    assert twice.timing_runs == 5 and [r.source for r in runs[3:]] == ["remeasure"] * 2
+    assert runs[3].started_at < runs[4].started_at
+    # a plain run in 6 passes times only what a point still owes: one run, then none
+    for owed in (1, 0):
+        assert main([*args, "--passes", "6"]) == 0
+        out = capsys.readouterr().out
+        assert ("timing 1 point(s) again (timing pass 6 of 6)" in out) == bool(owed)
+        with ResultStore(tmp_path / "ws" / "results.db") as store:
+            (row,) = store.rows()
+            runs = store.timing_runs(row.point_key, row.timing_key)
+        assert row.timing_runs == len(runs) == 6 and runs[-1].source == "sweep"
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit) as stopped:
+            main([*args, "--remeasure", "--passes", bad])
+        assert stopped.value.code == 2
+
+
+def test_timing_passes_in_the_config_give_each_point_that_many_runs(
+        tmp_path: Path, shared_cache: Path, capsys: pytest.CaptureFixture) -> None:
+    """budgets.timing_passes: 2 times every point twice in one `dlas run`, the second
+    pass after the first finished; a second run finds both runs and times nothing."""
+    from dlas.cli import main
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep().replace("budgets:\n", "budgets:\n  timing_passes: 2\n", 1)
+                      .replace("measure_repeat: 5", "measure_repeat: 11"))  # not cached
+    args = ["run", str(config), "--no-progress", "--workspace", str(tmp_path / "ws"),
+            "--cache-dir", str(shared_cache)]
+    for again in (False, True):
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert ("(timing pass 2 of 2)" in out) != again
+        assert out.count("results of this sweep") == 1  # after the last pass only
+        with ResultStore(tmp_path / "ws" / "results.db") as store:
+            (row,) = store.rows()
+            runs = store.timing_runs(row.point_key, row.timing_key)
+        assert row.status == "ok" and row.timing_runs == len(runs) == 2
+        assert [r.source for r in runs] == ["sweep", "sweep"]
+        assert runs[0].started_at < runs[1].started_at

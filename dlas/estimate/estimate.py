@@ -90,6 +90,10 @@ def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int
     return level
 
 
+#: Stages a timing pass runs again (`budgets.timing_passes`, `dlas.runner.passes`).
+TIMED_STAGES = ("measure", "baseline")
+
+
 def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, str]:
     """(measured-based seconds, built-in seconds, basis) of one entry: per component,
     the median of the most similar measured entries rescaled by the built-in model's
@@ -170,6 +174,9 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
             m_s, b_s, basis = cost_of(work, by_stage[stage])
+            passes = config.budgets.timing_passes
+            if stage in TIMED_STAGES and passes > 1:  # each pass times the point again
+                m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
             index[(stage, keys[stage])] = len(tasks)
             tasks.append(StageCost(stage=stage, key=keys[stage], seconds=m_s + b_s,
                                    measured_s=m_s, builtin_s=b_s, basis=basis, deps=deps,

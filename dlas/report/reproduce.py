@@ -47,7 +47,9 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
     elif executor.workspace.root != workspace.root:
         raise ValueError(f"the executor runs on workspace {executor.workspace.root}, the "
                          f"reproduction on {workspace.root}: give one workspace")
-    run = executor.run(config, retry_failed=retry_failed)
+    from dlas.runner.passes import run_in_passes
+
+    run = run_in_passes(executor, config, retry_failed=retry_failed)
     notes = []
     if skipped:
         left_out = "; ".join(f"{layer}: {', '.join(n)}" for layer, n in skipped.items())

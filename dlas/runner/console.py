@@ -102,6 +102,9 @@ class RunConsole:
         self.out = console or make_console()
         #: Live bars only on a terminal; in logs they would be noise, so lines replace them.
         self.progress = progress and self.out.is_terminal
+        #: The run's results table in its summary; a run in timing passes
+        #: (`dlas.runner.passes`) prints it once, after the last pass.
+        self.table_in_summary = True
 
     def note(self, text: str) -> None:
         self.out.print(text)
@@ -232,8 +235,15 @@ class RunConsole:
         self.out.print(f"    timing    {sum(seen.values())} rounds ({where})")
 
     def summary(self, report: RunReport) -> None:
-        if report.rows:
-            self.out.print(results_table(report.rows, title="results of this sweep"))
+        if report.rows and self.table_in_summary:
+            self.results(report)
+        self.counts(report)
+
+    def results(self, report: RunReport) -> None:
+        self.out.print(results_table(report.rows, title="results of this sweep"))
+
+    def counts(self, report: RunReport) -> None:
+        """The stage tallies and point counts of a run (or of one timing pass)."""
         stages = Table(title="stages", title_justify="left")
         for col in ("stage", "computed", "reused", "compute time (s)"):
             stages.add_column(col, justify="right" if col != "stage" else "left")

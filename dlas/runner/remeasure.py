@@ -21,10 +21,11 @@ from dlas.sweep.grid import Point, expand
 
 
 def forget_timings(config: SweepConfig, db_path: Path, cache: Cache, *,
-                   only_noisy: bool) -> list[Point]:
+                   only_noisy: bool, fewer_runs_than: int | None = None) -> list[Point]:
     """Drop the cached timing of every point of `config` whose row is ok (and noisy, with
-    `only_noisy`); return those points. Rows and timing history stay; the run rewrites
-    the rows."""
+    `only_noisy`; and pools fewer than `fewer_runs_than` timing runs, when given: the
+    points a timing pass still owes a run, `dlas.runner.passes`); return those points.
+    Rows and timing history stay; the run rewrites the rows."""
     if not Path(db_path).exists():
         return []
     dropped = []
@@ -34,6 +35,8 @@ def forget_timings(config: SweepConfig, db_path: Path, cache: Cache, *,
                 continue
             row = store.get(point.key)
             if row is None or row.status != "ok" or (only_noisy and not row.noisy):
+                continue
+            if fewer_runs_than is not None and (row.timing_runs or 0) >= fewer_runs_than:
                 continue
             keys = stage_keys(point)
             stage, key = ("baseline", keys.baseline) if point.is_baseline else (

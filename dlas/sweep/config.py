@@ -57,6 +57,12 @@ class Budgets(BaseModel):
         10, ge=2, description="rounds each variant is timed in, interleaved with the other "
                               "variants of its model; measure_repeat samples are spread over "
                               "them, and the confidence interval resamples them")
+    timing_passes: int = Field(
+        1, ge=1, le=20, description="timing runs each measured point gets, each pass after "
+                                    "the last one finished every model; a row pools them. "
+                                    "On shared VMs runs minutes apart differ by up to "
+                                    "10-18%, pooled over 3 they agree within 7% "
+                                    "(docs/timing.md)")
     placement_wait_s: float = Field(
         30.0, ge=0, description="seconds a timing group may keep taking rounds for the vCPUs "
                                 "to move to near placement (docs/timing.md); after that the "

@@ -32,7 +32,7 @@ ROW_ONLY_BUDGETS = frozenset({"ci_threshold"})
 #: measurement may take and how tight its interval is, not what is measured, so no key
 #: hashes them either, and a cached measurement is not redone when they change.
 EFFORT_BUDGETS = frozenset({"noise_retries", "noise_budget_s", "timing_rounds",
-                            "placement_wait_s"})
+                            "timing_passes", "placement_wait_s"})
 #: Every budget outside the point key and the stage keys.
 UNKEYED_BUDGETS = ROW_ONLY_BUDGETS | EFFORT_BUDGETS
 
