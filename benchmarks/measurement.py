@@ -4,9 +4,13 @@ Runs the quickstart (or `--config`) into a workspace, then times its artifacts a
 with `dlas run --remeasure` in fresh timing workers, and prints, per placement of the
 vCPUs (docs/timing.md):
 
-- in-sweep vs alone: each point's figure from the sweep's own timing run against the
-  median of its figures from the remeasure runs (|log ratio|: median and worst);
-- run to run: every pair of remeasure runs (|log ratio|: median and worst);
+- the figures as a row shows them after one `dlas run` (every timing pass of the
+  config's `budgets.timing_passes` pooled): the sweep's own against the median of the
+  remeasure invocations, and every two remeasure invocations (|log ratio|: median and
+  worst), per runtime; this is what "independent runs agree" is about;
+- the same for single timing runs, per runtime as the report's reproducibility section
+  computes it (`dlas.results.reproducibility`), and for figures pooled over k = 1, 2, 3
+  consecutive passes (what the number of passes buys);
 - the width of the 95% confidence intervals, and how often the noisy flag fires, idle
   and with a CPU hog (a busy loop) on one core.
 
@@ -18,7 +22,7 @@ run agreement is printed beside ours, and "after training" vs "fresh" within one
 placement answers whether the process's history biases a timing.
 
 Every figure is computed by dlas's own path (`dlas.results.timing.latency_columns` over
-one timing run), so a number here and a sweep's row mean the same thing.
+the runs in question), so a number here and a sweep's row mean the same thing.
 
     python benchmarks/measurement.py [--workspace DIR] [--runs 5] [--hog-runs 2]
                                      [--peer-runs 3] [--skip-sweep]
@@ -80,6 +84,12 @@ def timing_groups(config: str) -> int:
     return len({group_key(p) for p in expand(load_config(config)) if not p.blocked})
 
 
+def timing_passes(config: str) -> int:
+    from dlas.sweep.config import load_config
+
+    return load_config(config).budgets.timing_passes
+
+
 def remeasure_run_ids(db: Path, since: float) -> list[str]:
     from dlas.results.store import ResultStore
 
@@ -107,6 +117,77 @@ def figures_by_run(db: Path, ids: set[str], ci_threshold: float = 0.10
                         "ci": (cols["latency_ci_high_ms"] - cols["latency_ci_low_ms"])
                         / cols["latency_median_ms"],
                         "noisy": bool(cols["noisy"]), "source": run.source}
+    return out
+
+
+def histories(db: Path, ids: set[str]) -> list[Any]:
+    """Every ok point's timing runs among `ids`, as `dlas.results.reproducibility` reads
+    them (the report's reproducibility section computes from the same)."""
+    from dlas.results.reproducibility import TVM, TimedPoint
+    from dlas.results.store import ResultStore
+
+    out = []
+    with ResultStore(db) as store:
+        for row in store.rows(status="ok"):
+            runs = [r for r in store.timing_runs(row.point_key, row.timing_key)
+                    if r.run_id in ids]
+            if runs:
+                label = f"{row.model} / {row.compression} / {row.algorithm} / {row.tuning}"
+                out.append(TimedPoint(label, row.backend or TVM, runs))
+    return out
+
+
+def block_figure(point: Any, block: set[str]) -> tuple[str, float] | None:
+    """(placement, median) of `point` over its runs in `block`, pooled as its row pools
+    its history (`latency_columns`); None when it has none there."""
+    from dlas.results.timing import latency_columns
+
+    mine = [r for r in point.runs if r.run_id in block]
+    if not mine:
+        return None
+    cols = latency_columns(mine, ci_threshold=float("inf"))
+    return str(cols["placement"]), float(cols["latency_median_ms"])
+
+
+def invocation_agreement(points: list[Any], sweep: set[str], invocations: list[set[str]]
+                         ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per runtime: (in-sweep vs alone, invocation to invocation), |log ratio| of the
+    figures a row shows after one `dlas run` (all of its timing passes pooled): the
+    sweep's own against the median of the remeasure invocations in the same placement,
+    and every two remeasure invocations in the same placement."""
+    vs_sweep: dict[str, list[float]] = defaultdict(list)
+    between: dict[str, list[float]] = defaultdict(list)
+    for point in points:
+        alone = [f for f in (block_figure(point, inv) for inv in invocations) if f]
+        for (pa, a), (pb, b) in itertools.combinations(alone, 2):
+            if pa == pb:
+                between[point.runtime] += log_ratios([(a, b)])
+        mine = block_figure(point, sweep)
+        same = [m for pl, m in alone if mine and pl == mine[0]]
+        if mine and same:
+            vs_sweep[point.runtime] += log_ratios([(mine[1], float(np.median(same)))])
+    return vs_sweep, between
+
+
+def pooled_agreement(points: list[Any], runs: list[list[str]], k: int
+                     ) -> dict[str, list[float]]:
+    """Per runtime, |log ratio| between the figures of disjoint blocks of `k` consecutive
+    remeasure runs, each block's figure pooled over its runs as a row pools its history
+    (`latency_columns`), compared within one placement."""
+    from dlas.results.timing import latency_columns
+
+    blocks = [set(itertools.chain(*runs[i:i + k])) for i in range(0, len(runs) - k + 1, k)]
+    out: dict[str, list[float]] = defaultdict(list)
+    for point in points:
+        figs = []
+        for block in blocks:
+            mine = [r for r in point.runs if r.run_id in block]
+            if mine:
+                cols = latency_columns(mine, ci_threshold=float("inf"))
+                figs.append((cols["placement"], cols["latency_median_ms"]))
+        for (pa, a), (pb, b) in itertools.combinations(figs, 2):
+            if pa == pb:
+                out[point.runtime] += log_ratios([(a, b)])
     return out
 
 
@@ -157,15 +238,15 @@ def paired_agreement(figs: dict[str, dict[str, dict[str, Any]]], runs: list[str]
 
 def sweep_vs_alone(figs: dict[str, dict[str, dict[str, Any]]], sweep_run: set[str],
                    alone: list[str]) -> list[float]:
+    """Each of the sweep's own timing runs against the median of the alone runs in its
+    placement."""
     out: list[float] = []
     for per_run in figs.values():
-        mine = [per_run[r] for r in sweep_run if r in per_run]
-        if not mine:
-            continue
-        same = [per_run[r]["median"] for r in alone
-                if r in per_run and per_run[r]["placement"] == mine[0]["placement"]]
-        if same:
-            out += log_ratios([(mine[0]["median"], float(np.median(same)))])
+        for mine in (per_run[r] for r in sweep_run if r in per_run):
+            same = [per_run[r]["median"] for r in alone
+                    if r in per_run and per_run[r]["placement"] == mine["placement"]]
+            if same:
+                out += log_ratios([(mine["median"], float(np.median(same)))])
     return out
 
 
@@ -288,17 +369,21 @@ def main() -> None:
         dlas("run", args.config, *ws)
     sweep_ids = sweep_run_ids(db)  # the sweep's own timing runs (timed inside the sweep)
     alone: list[str] = []
+    invocations: list[set[str]] = []  # the run ids of each `dlas run --remeasure`
     if args.since is not None:
         args.skip_sweep = True
         ordered = remeasure_run_ids(db, args.since)
-        per_run = timing_groups(args.config)  # one run id per model's timing group
+        # one run id per model's timing group and timing pass
+        per_run = timing_groups(args.config) * timing_passes(args.config)
         alone = ordered[: per_run * args.runs]
+        invocations = [set(alone[i:i + per_run]) for i in range(0, len(alone), per_run)]
         hog_ids_given = ordered[per_run * args.runs:]
         args.runs, args.hog_runs = 0, 0
     for _ in range(args.runs):
         before = run_ids(db)
         dlas("run", args.config, *ws, "--remeasure")
-        alone += sorted(run_ids(db) - before)
+        invocations.append(run_ids(db) - before)
+        alone += sorted(invocations[-1])
     hog_ids: list[str] = []
     if args.hog_runs:
         hog = hog_on_one_core()
@@ -339,9 +424,8 @@ def main() -> None:
         print(f"  {name:<46} {summary(values)}")
 
     print("\n|log ratio| median / worst            (within one placement)")
-    row("dlas: in-sweep vs alone (median of runs)", sweep_vs_alone(figs, sweep_ids,
-                                                                   alone_runs))
-    row("dlas: run to run, alone", agreement(figs, alone_runs))
+    row("single runs: in-sweep vs alone (median)", sweep_vs_alone(figs, sweep_ids, alone_runs))
+    row("single runs: run to run, alone", agreement(figs, alone_runs))
     for state in ("near", "far"):
         row(f"dlas: run to run, alone, {state} only", agreement(figs, alone_runs, state))
     row("dlas: run to run, A/B ratio of two variants", paired_agreement(figs, alone_runs))
@@ -369,6 +453,35 @@ def main() -> None:
     noisy_idle = [rec["noisy"] for per in figs.values() for r, rec in per.items() if r in alone]
     noisy_hog = [rec["noisy"] for per in figs.values() for r, rec in per.items()
                  if r in hog_ids]
+    from dlas.results.reproducibility import run_agreement
+
+    points = histories(db, set(alone_runs) | sweep_ids)
+    vs_sweep, between = invocation_agreement(points, sweep_ids, invocations)
+    print(f"\nfigures as a row shows them after one `dlas run` ({timing_passes(args.config)} "
+          "timing pass(es) pooled), |log ratio| median / worst, within one placement")
+    row("in-sweep vs alone, all runtimes", list(itertools.chain(*vs_sweep.values())))
+    for runtime, values in sorted(vs_sweep.items()):
+        row(f"  {runtime}", values)
+    row("alone, invocation to invocation, all", list(itertools.chain(*between.values())))
+    for runtime, values in sorted(between.items()):
+        row(f"  {runtime}", values)
+
+    print("\nsingle timing runs, run to run, alone, by runtime (dlas.results.reproducibility, "
+          "what the report shows)")
+    points = histories(db, set(alone_runs))
+    for agreed in run_agreement(points):
+        print(f"  {agreed.describe()}")
+    # one timing run per model group, in start order
+    per_pass = max(1, timing_groups(args.config))
+    ordered = [r for r in remeasure_run_ids(db, 0.0) if r in set(alone_runs)]
+    passes = [ordered[i:i + per_pass] for i in range(0, len(ordered), per_pass)]
+    print("\nfigures pooled over k consecutive timing passes, block to block, by runtime "
+          "(|log ratio| median / worst)")
+    for k in (1, 2, 3):
+        if len(passes) >= 2 * k:
+            for runtime, values in sorted(pooled_agreement(points, passes, k).items()):
+                row(f"k={k} {runtime}", values)
+
     print("\n95% CI width (fraction of the median), median / worst")
     row("idle", ci_idle)
     row("with a CPU hog on one core", ci_hog)
