@@ -89,3 +89,4 @@ def test_report_section_tabulates_runs_per_runtime() -> None:
     text = to_markdown(doc, Path("."))
     assert "| TVM | 1 | 1 | 8.0% | 8.0% |" in text
     assert "| PyTorch | 1 | 1 | 25.0% | 25.0% |" in text
+    assert "pool all of its runs (2 here)" in text

@@ -352,9 +352,12 @@ def _reproducibility_section(doc: Document, points: list[Point]) -> None:
                      "times every point again from the cached modules; this section then "
                      "shows, per runtime, how far two runs of one point differ."))
         return
+    counts = sorted(len(p.runs) for p in unique.values())
+    pooled = (f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]}")
     doc.add(Para(intro + " Every two timing runs of one point taken in the same vCPU "
-                 "placement, compared by their own medians; each row's figures pool all "
-                 "of its runs."))
+                 "placement, compared by their own medians. Each row's figures pool all "
+                 f"of its runs ({pooled} here), so they move less than one run does "
+                 "(`budgets: timing_passes`, docs/timing.md)."))
     doc.add(Table(
         ["runtime", "points", "pairs of runs", "median difference", "worst difference",
          "worst point (ms, ms)"],
