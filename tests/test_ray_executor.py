@@ -258,14 +258,17 @@ def test_reproduce_runs_an_experiment_on_the_cluster(cluster, tmp_path: Path,
              "algorithms": ["direct", "gemm"], "tuning": ["none", "onnxruntime"],
              "budgets": {"epochs": 1, "finetune_epochs": 1, "data_fraction": 0.25,
                          "batch_size": 64, "measure_repeat": 5, "verify_samples": 4,
-                         "timing_rounds": 2, "placement_wait_s": 0, "noise_budget_s": 1}}
+                         "timing_rounds": 2, "placement_wait_s": 0, "noise_budget_s": 1,
+                         "timing_passes": 2}}
     _write_experiment(tmp_path / "exp", sweep)
     monkeypatch.setenv("DLAS_EXPERIMENTS_DIR", str(tmp_path / "exp"))
     ws = Workspace(tmp_path / "ws")
     on_ray = reproduce("toy", "quick", ws, executor=RayRunner(ws, progress=False),
                        progress=False)
     assert (on_ray.run.ok, on_ray.run.failed) == (3, 0)
+    # the report is the second timing pass's: it timed every point again on the cluster
     assert on_ray.run.computed["measure"] == 2 and on_ray.run.computed["baseline"] == 1
+    assert {r.timing_runs for r in on_ray.run.rows if r.status == "ok"} == {2}
     assert "| tiny_cnn | " in on_ray.report.markdown.read_text()
-    local = reproduce("toy", "quick", ws, progress=False)
+    local = reproduce("toy", "quick", ws, progress=False)  # both passes are done
     assert local.run.ok == 3 and local.run.recomputed_nothing

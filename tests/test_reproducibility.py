@@ -5,8 +5,8 @@ differences to expect."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
