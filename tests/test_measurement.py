@@ -77,15 +77,22 @@ def test_every_row_has_an_interval_and_a_new_threshold_recomputes_nothing(
     first = run(text, tmp_path, shared_cache)
     assert first.ok == 2
     for row in first.rows:
+        reason = row.noise_reason or ""
         assert row.latency_ci_low_ms <= row.latency_median_ms <= row.latency_ci_high_ms
-        assert row.timing_rounds >= 1 and row.placement in ("near", "far")
+        # with 2 rounds and no wait for a placement, the vCPUs may move under every chunk:
+        # then the row says so and is noisy
+        steady = row.placement in ("near", "far")
+        assert steady or "no round had a steady placement" in reason
+        assert row.timing_rounds >= 1
         assert row.latency_by_placement[row.placement]["median_ms"] == \
             pytest.approx(row.latency_median_ms)
         loaded = bool(row.loaded_rounds)  # other suites may share this machine
         wide = row.ci_relative_width > 0.10
         few = row.timing_rounds < 2  # the sweep asks for 2: a busy machine discarded some
-        assert row.noisy == int(loaded or wide or few)
-        assert few == ("fewer than the 2 asked for" in (row.noise_reason or ""))
+        assert row.noisy == int(bool(reason))  # flagged exactly when a reason is given
+        if loaded or wide or few or not steady:
+            assert row.noisy == 1
+        assert few == ("fewer than the 2 asked for" in reason)
     capsys.readouterr()
 
     # forced noisy: no interval is narrower than zero
