@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -174,17 +175,10 @@ def pooled_agreement(points: list[Any], runs: list[list[str]], k: int
     """Per runtime, |log ratio| between the figures of disjoint blocks of `k` consecutive
     remeasure runs, each block's figure pooled over its runs as a row pools its history
     (`latency_columns`), compared within one placement."""
-    from dlas.results.timing import latency_columns
-
     blocks = [set(itertools.chain(*runs[i:i + k])) for i in range(0, len(runs) - k + 1, k)]
     out: dict[str, list[float]] = defaultdict(list)
     for point in points:
-        figs = []
-        for block in blocks:
-            mine = [r for r in point.runs if r.run_id in block]
-            if mine:
-                cols = latency_columns(mine, ci_threshold=float("inf"))
-                figs.append((cols["placement"], cols["latency_median_ms"]))
+        figs = [f for f in (block_figure(point, block) for block in blocks) if f]
         for (pa, a), (pb, b) in itertools.combinations(figs, 2):
             if pa == pb:
                 out[point.runtime] += log_ratios([(a, b)])
@@ -365,13 +359,12 @@ def main() -> None:
     db = args.workspace / "results.db"
     ws = ["--workspace", str(args.workspace)]
     t0 = time.time()
-    if not args.skip_sweep:
+    if not args.skip_sweep and args.since is None:  # --since only analyses: it runs nothing
         dlas("run", args.config, *ws)
     sweep_ids = sweep_run_ids(db)  # the sweep's own timing runs (timed inside the sweep)
     alone: list[str] = []
     invocations: list[set[str]] = []  # the run ids of each `dlas run --remeasure`
     if args.since is not None:
-        args.skip_sweep = True
         ordered = remeasure_run_ids(db, args.since)
         # one run id per model's timing group and timing pass
         per_run = timing_groups(args.config) * timing_passes(args.config)
@@ -468,7 +461,9 @@ def main() -> None:
 
     print("\nsingle timing runs, run to run, alone, by runtime (dlas.results.reproducibility, "
           "what the report shows)")
-    points = histories(db, set(alone_runs))
+    alone_ids = set(alone_runs)  # the same histories without the sweep's own runs
+    points = [replace(p, runs=[r for r in p.runs if r.run_id in alone_ids]) for p in points]
+    points = [p for p in points if p.runs]
     for agreed in run_agreement(points):
         print(f"  {agreed.describe()}")
     # one timing run per model group, in start order
