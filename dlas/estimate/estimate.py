@@ -151,6 +151,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
     tasks: list[StageCost] = []
     cached: set[tuple[str, str]] = set()
     runnable = skipped = 0
+    passes = config.budgets.timing_passes  # each pass times every point again
     for point in points:
         if point.blocked:
             continue
@@ -174,8 +175,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
             m_s, b_s, basis = cost_of(work, by_stage[stage])
-            passes = config.budgets.timing_passes
-            if stage in TIMED_STAGES and passes > 1:  # each pass times the point again
+            if stage in TIMED_STAGES and passes > 1:
                 m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
             index[(stage, keys[stage])] = len(tasks)
             tasks.append(StageCost(stage=stage, key=keys[stage], seconds=m_s + b_s,
