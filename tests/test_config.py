@@ -232,6 +232,10 @@ def test_directory_or_missing_file_as_config(tmp_path: Path) -> None:
     ("{epochs: yes}", "'budgets.epochs': Input should be a valid integer (got True)"),
     ("{epochs: 2.5}", "'budgets.epochs': Input should be a valid integer"),
     ("{data_fraction: 0}", "'budgets.data_fraction': Input should be greater than 0"),
+    ("{timing_passes: 0}", "'budgets.timing_passes': Input should be greater than or equal "
+                           "to 1"),
+    ("{timing_passes: 21}", "'budgets.timing_passes': Input should be less than or equal "
+                            "to 20"),
     ("[1, 2]", "'budgets': Input should be a valid dictionary"),
 ])
 def test_nonsense_budgets(budgets: str, expected: str) -> None:
