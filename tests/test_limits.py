@@ -261,8 +261,10 @@ def test_cached_limits_reads_back_without_measuring(tmp_path: Path, monkeypatch)
 
 def test_a_target_this_cpu_cannot_run_is_refused(monkeypatch) -> None:
     from dlas.compiler.build import make_target
+    from dlas.targets.host import X86_FEATURE_FLAGS, llvm_cpu_features
 
-    monkeypatch.setattr(lim, "cpuinfo_fields", lambda: {"flags": " ".join(ZEN3_FLAGS)})
+    zen3 = [X86_FEATURE_FLAGS[f] for f in llvm_cpu_features("znver3") if f in X86_FEATURE_FLAGS]
+    monkeypatch.setattr(lim, "cpuinfo_fields", lambda: {"flags": " ".join(zen3)})
     with pytest.raises(ValueError, match="avx512f"):
         lim.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver4"}))
     lim.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver3"}))

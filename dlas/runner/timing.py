@@ -144,6 +144,8 @@ class WorkerDied(RuntimeError):
 
     def __init__(self, code: int, label: str | None) -> None:
         how = f"signal {-code}" if code < 0 else f"exit {code}"
+        if code == -signal.SIGILL:
+            how += ": an illegal instruction, code built for a CPU feature this one lacks"
         while_ = f" while running '{label}'" if label else ""
         super().__init__(f"the timing worker died ({how}){while_}")
         self.code, self.label = code, label

@@ -5,6 +5,14 @@ it is taken from LLVM's own host detection (`target.llvm_get_system_cpu`, the sa
 logic clang's `-march=native` uses) and checked against LLVM's CPU list; /proc/cpuinfo
 flags are the fallback, mapped to the oldest CPU name that has them.
 
+LLVM names the CPU from its family and model alone. A hypervisor may hide features the
+model has: an AMD EPYC Zen 4 (family 25, model 17) here reported no AVX-512, LLVM still
+said `znver4`, and code built for it died of SIGILL. clang's `-march=native` survives
+that by also passing the host's feature list; a TVM target gets only `mcpu`. So every
+x86 CPU name is checked against /proc/cpuinfo's SIMD flags (`missing_features`) and, when
+the machine lacks one the name implies, the newest older CPU of the same line that it
+does have is used instead (`runnable_mcpu`; znver4 -> znver3 there).
+
 Threads: `num-cores` in the target only informs TVM's compiler (MetaSchedule sizes its
 parallel loops by it). The runtime thread pool is separate: it reads TVM_NUM_THREADS
 once, when first used, and otherwise uses *half* the logical CPUs on x86 (one thread on
@@ -13,6 +21,7 @@ a 2-vCPU VM), so set it explicitly with `dlas.measure.timing.set_num_threads`.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from pathlib import Path
@@ -79,10 +88,91 @@ def _llvm_cpu() -> str | None:
 def _mcpu_from_flags(arch: str, flags: list[str]) -> str:
     if arch in ("x86_64", "AMD64", "i686"):
         for flag, mcpu in _X86_BY_FLAG:
-            if flag in flags:
+            if flag in flags and not missing_features(mcpu, flags):
                 return mcpu
         return "x86-64"
     return "generic"
+
+
+#: LLVM x86 feature -> the /proc/cpuinfo flag that says the CPU (and the hypervisor) has
+#: it. Only instructions a compiler emits in numeric code are listed: a missing one of
+#: these is a SIGILL in compiled kernels, where a missing `pku` or `rdpid` is not.
+X86_FEATURE_FLAGS: dict[str, str] = {
+    "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+    "popcnt": "popcnt", "lzcnt": "abm", "bmi": "bmi1", "bmi2": "bmi2", "movbe": "movbe",
+    "f16c": "f16c", "fma": "fma", "avx": "avx", "avx2": "avx2",
+    "avxvnni": "avx_vnni", "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq",
+    "avx512f": "avx512f", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+    "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512vnni": "avx512_vnni",
+    "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16", "avx512ifma": "avx512ifma",
+    "avx512vbmi": "avx512vbmi", "avx512vbmi2": "avx512_vbmi2",
+    "avx512bitalg": "avx512_bitalg", "avx512vpopcntdq": "avx512_vpopcntdq",
+    "amx-tile": "amx_tile", "amx-int8": "amx_int8", "amx-bf16": "amx_bf16",
+}
+
+#: x86 CPU lines, newest first: where a CPU name the machine cannot run falls back to.
+X86_LINES: tuple[tuple[str, ...], ...] = (
+    ("znver5", "znver4", "znver3", "znver2", "znver1"),
+    ("graniterapids", "emeraldrapids", "sapphirerapids", "icelake-server", "cooperlake",
+     "cascadelake", "skylake-avx512", "skylake", "broadwell", "haswell", "ivybridge",
+     "sandybridge"),
+    ("arrowlake", "meteorlake", "raptorlake", "alderlake", "tigerlake", "icelake-client",
+     "cannonlake", "skylake", "broadwell", "haswell", "ivybridge", "sandybridge"),
+)
+
+
+@functools.cache
+def llvm_cpu_features(mcpu: str, mattr: tuple[str, ...] = ()) -> frozenset[str]:
+    """The x86 features LLVM enables for `mcpu` with `mattr` (empty without an LLVM TVM)."""
+    try:
+        import tvm
+        from tvm.target import codegen
+
+        spec: dict = {"kind": "llvm", "mcpu": mcpu, "mtriple": "x86_64-linux-gnu"}
+        if mattr:
+            spec["mattr"] = list(mattr)
+        return frozenset(str(f) for f in codegen.llvm_get_cpu_features(tvm.target.Target(spec)))
+    except Exception:  # noqa: BLE001 - an LLVM-less TVM, or a name LLVM does not know
+        return frozenset()
+
+
+def missing_features(mcpu: str, flags: list[str] | tuple[str, ...],
+                     mattr: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The SIMD features code built for x86 `mcpu` (and `mattr`) may use that a CPU with
+    /proc/cpuinfo `flags` lacks (an empty list: its code runs there)."""
+    have = set(flags)
+    return sorted(f for f in llvm_cpu_features(mcpu, tuple(mattr))
+                  if f in X86_FEATURE_FLAGS and X86_FEATURE_FLAGS[f] not in have)
+
+
+def why_not_runnable_here(mcpu: str, mattr: list[str] | tuple[str, ...] = (),
+                          cpu: dict | None = None) -> str | None:
+    """Why code built for x86 `mcpu`/`mattr` cannot run on this machine (it would die of
+    SIGILL), or None when it can (or this is not an x86 machine)."""
+    cpu = detect_host_cpu() if cpu is None else cpu
+    if not is_x86(cpu) or not cpu.get("flags"):
+        return None
+    lacking = missing_features(mcpu, cpu["flags"], mattr)
+    if not lacking:
+        return None
+    return (f"code for mcpu '{mcpu}' may use {', '.join(lacking)}, which this CPU "
+            f"({cpu.get('model')}) lacks, so it would die of an illegal instruction; "
+            f"leave mcpu out (detected: '{cpu['mcpu']}'), or measure it on a board "
+            "through the `remote` target")
+
+
+def runnable_mcpu(mcpu: str, flags: list[str] | tuple[str, ...]) -> tuple[str, list[str]]:
+    """`mcpu` if its code runs on a CPU with `flags`; else the newest CPU of its line
+    (`X86_LINES`) whose code does, or the flag-mapped name. Also what `mcpu` lacked."""
+    lacking = missing_features(mcpu, flags)
+    if not lacking:
+        return mcpu, []
+    for line in X86_LINES:
+        if mcpu in line:
+            for older in line[line.index(mcpu) + 1:]:
+                if llvm_cpu_features(older) and not missing_features(older, flags):
+                    return older, lacking
+    return _mcpu_from_flags("x86_64", list(flags)), lacking
 
 
 def detect_host_cpu() -> dict:
@@ -99,12 +189,20 @@ def detect_host_cpu() -> dict:
     )
     flags = (info.get("flags") or info.get("Features") or "").split()
     llvm_cpu = _llvm_cpu()
+    mcpu = llvm_cpu or _mcpu_from_flags(arch, flags)
+    source = "llvm" if llvm_cpu else "cpuinfo"
+    if llvm_cpu and arch in ("x86_64", "AMD64") and flags:
+        mcpu, lacking = runnable_mcpu(llvm_cpu, flags)
+        if lacking:  # a hypervisor hid features the model has (see the module doc)
+            more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+            source = (f"llvm's {llvm_cpu}, lowered: this CPU lacks "
+                      f"{', '.join(lacking[:3])}{more}")
     return {
         "model": model,
         "flags": flags,
         "cores": available_cores(),
-        "mcpu": llvm_cpu or _mcpu_from_flags(arch, flags),
-        "mcpu_source": "llvm" if llvm_cpu else "cpuinfo",
+        "mcpu": mcpu,
+        "mcpu_source": source,
         "arch": arch,
     }
 

@@ -44,15 +44,17 @@ class HostParams(BaseModel):
 @register("targets", "host", params=HostParams,
           description="this machine's CPU as an LLVM target, -mcpu and cores detected")
 def host(params: HostParams) -> TargetSpec:
-    from dlas.targets.host import detect_host_cpu, host_target
+    from dlas.targets.host import detect_host_cpu, host_target, why_not_runnable_here
 
     cpu = detect_host_cpu()
     threads = params.threads or cpu["cores"]
     target = host_target(num_threads=threads)
+    unmeasurable = None
     if params.mcpu:
         target = {**target, "mcpu": params.mcpu}
+        unmeasurable = why_not_runnable_here(params.mcpu, cpu=cpu)
     return TargetSpec(name="host", tvm_target=target, device="cpu", num_threads=threads,
-                      fingerprint={"cpu": cpu.get("model")})
+                      fingerprint={"cpu": cpu.get("model")}, unmeasurable=unmeasurable)
 
 
 # -- explicit LLVM CPU targets -----------------------------------------------------------
@@ -120,7 +122,7 @@ def llvm_spec(params: LLVMParams, *, board: bool = False) -> TargetSpec:
     `board`: the CPU is a remote board's, so nothing is detected from this machine (its
     mcpu and core count say nothing about the board; mcpu defaults to 'generic').
     """
-    from dlas.targets.host import detect_host_cpu
+    from dlas.targets.host import detect_host_cpu, why_not_runnable_here
 
     arch = params.resolved_arch
     here = arch == machine_arch() and not board
@@ -138,7 +140,8 @@ def llvm_spec(params: LLVMParams, *, board: bool = False) -> TargetSpec:
     cores = params.num_cores or threads
     if cores:
         target["num-cores"] = cores
-    unmeasurable = None if here or board else (
+    unmeasurable = None if board else (
+        why_not_runnable_here(target["mcpu"], mattr, cpu) if here and cpu else
         f"{arch} code cannot run on this {machine_arch()} machine; measure it on a board "
         "through the `remote` target")
     return TargetSpec(
