@@ -56,6 +56,29 @@ def test_a_claim_is_waited_for_and_the_claim_of_a_killed_process_expires(
     assert not claims.path("train", "k1").exists()  # released claims leave no file
 
 
+def test_the_claim_file_a_killed_holder_left_is_pruned_and_a_live_ones_stays(
+        tmp_path: Path) -> None:
+    """A holder killed after storing its entry leaves its claim file, and no later process
+    takes that claim (the entry is stored): a run's clean-up removes it (seen when a Ray
+    node died mid-sweep)."""
+    claims = Claims(tmp_path)
+    dead = _holder(tmp_path, 60)
+    dead.send_signal(signal.SIGKILL)
+    dead.wait(timeout=10)
+    assert claims.path("train", "k1").exists()
+    live = subprocess.Popen([sys.executable, "-c", HOLD_CLAIM.replace('"k1"', '"k2"'),
+                             str(tmp_path), "60"], stdout=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        assert live.stdout is not None and live.stdout.readline().strip() == "held"
+        assert claims.prune() == 1
+        assert not claims.path("train", "k1").exists()
+        assert claims.is_held("train", "k2") and claims.holder("train", "k2").pid == live.pid
+    finally:
+        live.kill()
+        live.wait(timeout=10)
+
+
 def test_a_waiter_is_told_who_holds_the_claim_and_gets_it_on_release(tmp_path: Path) -> None:
     claims = Claims(tmp_path)
     proc = _holder(tmp_path, 1.5)

@@ -138,6 +138,19 @@ class Claims:
         os.pwrite(fd, json.dumps(this_holder().__dict__).encode(), 0)
         return Claim(path, fd)
 
+    def prune(self) -> int:
+        """Remove the claim files no live process holds: a holder killed between storing
+        its entry and releasing leaves one, and no later process, which finds the entry
+        stored, ever takes it. Removed while locked, as `release` does, so a process
+        locking the same file meanwhile retries on a new one. Returns how many went."""
+        removed = 0
+        for path in self.root.glob("*/.claim-*"):
+            fd = try_lock(path)
+            if fd is not None:
+                self._release(path, fd)
+                removed += 1
+        return removed
+
     def holder(self, stage: str, key: str) -> Holder | None:
         return holder_of(self.path(stage, key))
 

@@ -157,6 +157,7 @@ class PlanExecutor(ABC):
                 except KeyboardInterrupt:
                     report.interrupted = True
                 finally:
+                    clean_stale(self.cache, Claims(self.cache.root), self.console)
                     report.wall_seconds = time.perf_counter() - start
                     self.console.summary(report)
         return report
@@ -226,8 +227,11 @@ def record_row(store: ResultStore, report: RunReport, console: RunConsole,
 
 
 def clean_stale(cache: Cache, claims: Claims, console: RunConsole) -> None:
-    """Remove the half-written entries killed runs left (not those being written)."""
+    """Remove the half-written entries and the claim files killed processes left (not
+    those of entries being written); at a run's start and end, so a run that outlived a
+    killed worker leaves a clean cache."""
     removed = cache.clean_stale(claims.is_held)
+    claims.prune()
     if removed:
         console.note(f"removed {removed} half-written cache folder(s) that interrupted "
                      "runs left")
