@@ -5,6 +5,7 @@ candidates can be measured on a board through a real loopback RPC tracker."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from dlas.tuning.base import TuningContext
 from dlas.tuning.metaschedule.database import TuningDatabase, database_dir
 from dlas.tuning.metaschedule.measure import RealArguments, TaskProgress
 from dlas.tuning.metaschedule.options import MetaScheduleParams, metaschedule
-from tests.rpc_fixtures import RPCBoard, free_port, rpc_board  # noqa: F401
+from tests.rpc_fixtures import RPCBoard, rpc_board  # noqa: F401
 
 SHAPE = (1, 8, 12, 12)
 
@@ -267,11 +268,15 @@ def test_unreachable_tracker_fails_before_tuning(tmp_path: Path) -> None:
     from dlas.measure.session import TrackerUnreachable
 
     imp = import_torch_model(_model(), SHAPE)
-    port = free_port()
-    spec = TargetSpec(name="remote", tvm_target=host_target(1), num_threads=1,
-                      rpc=RPCTracker("127.0.0.1", port, "nobody", request_timeout_s=5))
-    with pytest.raises(TrackerUnreachable, match=f"127.0.0.1:{port}"):
-        _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", target=spec)
+    # a port bound but not listening refuses connections, and nothing else (a tracker
+    # another test starts) can take it meanwhile, as it could a port merely found free
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        port = int(held.getsockname()[1])
+        spec = TargetSpec(name="remote", tvm_target=host_target(1), num_threads=1,
+                          rpc=RPCTracker("127.0.0.1", port, "nobody", request_timeout_s=5))
+        with pytest.raises(TrackerUnreachable, match=f"127.0.0.1:{port}"):
+            _tune(imp, "direct", tmp_path / "tuning", tmp_path / "a", target=spec)
 
 
 def cache_hostile_space():
