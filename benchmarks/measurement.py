@@ -160,9 +160,7 @@ def invocation_agreement(points: list[Any], sweep: set[str], invocations: list[s
     between: dict[str, list[float]] = defaultdict(list)
     for point in points:
         alone = [f for f in (block_figure(point, inv) for inv in invocations) if f]
-        for (pa, a), (pb, b) in itertools.combinations(alone, 2):
-            if pa == pb:
-                between[point.runtime] += log_ratios([(a, b)])
+        between[point.runtime] += same_placement_ratios(alone)
         mine = block_figure(point, sweep)
         same = [m for pl, m in alone if mine and pl == mine[0]]
         if mine and same:
@@ -179,10 +177,14 @@ def pooled_agreement(points: list[Any], runs: list[list[str]], k: int
     out: dict[str, list[float]] = defaultdict(list)
     for point in points:
         figs = [f for f in (block_figure(point, block) for block in blocks) if f]
-        for (pa, a), (pb, b) in itertools.combinations(figs, 2):
-            if pa == pb:
-                out[point.runtime] += log_ratios([(a, b)])
+        out[point.runtime] += same_placement_ratios(figs)
     return out
+
+
+def same_placement_ratios(figs: list[tuple[str, float]]) -> list[float]:
+    """|log ratio| of every two (placement, ms) figures taken in the same placement."""
+    return log_ratios([(a, b) for (pa, a), (pb, b) in itertools.combinations(figs, 2)
+                       if pa == pb])
 
 
 def log_ratios(pairs: list[tuple[float, float]]) -> list[float]:
