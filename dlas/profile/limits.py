@@ -437,13 +437,14 @@ def target_flags(target: Any) -> list[str] | None:
 def check_runs_here(target: Any) -> None:
     """Raise ValueError when the target's code would not run on this CPU: limits are
     measured by running kernels here, so an x86 target may only use flags this CPU has."""
-    from dlas.targets.host import X86_FEATURE_FLAGS  # the same check as the host mcpu's
+    from dlas.targets.host import X86_FEATURE_FLAGS, missing_features  # as `host` checks
 
     if not _is_x86_target(target):
         return
-    host = set((cpuinfo_fields().get("flags") or "").split())
-    missing = [flag for feature, flag in X86_FEATURE_FLAGS.items()
-               if flag not in host and _target_has(target, feature)]
+    host = (cpuinfo_fields().get("flags") or "").split()
+    mattr = tuple(str(a) for a in target.attrs.get("mattr", None) or ())
+    missing = [X86_FEATURE_FLAGS[f] for f in
+               missing_features(str(target.attrs.get("mcpu", "") or "generic"), host, mattr)]
     if missing:
         raise ValueError(f"target {target} uses {missing}, which this CPU lacks: limits are "
                          "measured on the machine itself")
