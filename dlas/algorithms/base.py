@@ -14,6 +14,12 @@ The contract is shaped for the algorithms the DLAS paper compares:
   (numpy), and `compute` reads the packed array instead of the OIHW weight.
 * CSR-sparse: `weight_constants` returns `data`/`indices`/`indptr`, `compute` uses a
   data-dependent reduction extent (`indptr[r + 1] - indptr[r]`).
+
+Every algorithm also has a data layout (layer 4's "data formats": `layout`, one of
+`LAYOUT_KINDS`, NCHW by default, as in the paper). The compiler keeps the model's
+activations in that layout across the graph (`dlas.compiler.layout`) and hands each conv
+its data and output in it (`ConvSpec.data_layout`, `out_layout`); `compute` then reads and
+writes the stored shapes (`ConvSpec.stored_data_shape`, `stored_out_shape`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from tvm import s_tir, te, tirx
 # ConvSpec lives below this layer (the compiler reads it from tagged blocks too); it is
 # the argument of every method of the algorithm contract, so it is re-exported here.
 from ..tir.conv_spec import ConvSpec, tag_conv_block
+from ..tir.layout import LAYOUT_KINDS
 
 __all__ = [
     "RAW_WEIGHT",
@@ -53,16 +60,30 @@ SUPPORTED_DTYPES = frozenset({
 
 
 class ConvAlgorithm(ABC):
-    """One convolution algorithm: a TE compute plus its minimal schedule.
+    """One convolution algorithm in one data layout: a TE compute plus its minimal schedule.
 
     Subclasses set `name` and implement `compute` and `schedule`; the rest has
-    defaults that suit an algorithm reading the raw weight.
+    defaults that suit an algorithm reading the raw weight in NCHW.
     """
 
     name: ClassVar[str]
     #: True when `weight_constants` needs the bound weight (packing, CSR). A conv whose
     #: weight is not a compile-time constant then falls back (recorded).
     needs_weight_value: ClassVar[bool] = False
+    #: The layout kinds this algorithm computes in (`LAYOUT_KINDS`).
+    layouts: ClassVar[frozenset[str]] = frozenset({"NCHW"})
+
+    def __init__(self, layout: str = "NCHW", block: int | None = None) -> None:
+        if layout not in LAYOUT_KINDS:
+            raise ValueError(f"layout must be one of {LAYOUT_KINDS}, got {layout!r}")
+        if layout not in self.layouts:
+            raise ValueError(f"{self.name} computes in {sorted(self.layouts)}, not {layout}")
+        if block is not None and layout != "NCHWc":
+            raise ValueError(f"a channel block is NCHWc's; layout {layout} has none")
+        #: The activation layout kind the model is compiled in.
+        self.layout = layout
+        #: NCHWc's channels per block; None: the target's SIMD width.
+        self.block = block
 
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
         """None if this algorithm computes `spec`; otherwise a one-line reason.
@@ -73,6 +94,9 @@ class ConvAlgorithm(ABC):
         dtypes = (spec.data_dtype, spec.weight_dtype, spec.out_dtype)
         if dtypes not in SUPPORTED_DTYPES:
             return f"dtypes (data, weight, out) = {dtypes} not supported"
+        for layout in {spec.data_layout_.kind, spec.out_layout_.kind}:
+            if layout not in self.layouts:
+                return f"{self.name} has no {layout} form"
         return None
 
     def fallback(self) -> ConvAlgorithm | None:
@@ -127,14 +151,16 @@ def conv_prim_func(
     """Build one conv as a standalone PrimFunc (data, *weights, out) from compute+schedule.
 
     Returns the PrimFunc and the weight arrays to pass after `data` (the raw weight, or
-    the algorithm's compile-time constants). Used by tests and micro-benchmarks; the
-    compiler builds the same compute inside the model instead.
+    the algorithm's compile-time constants). Data and output are in `spec`'s stored
+    layouts (`dlas.tir.layout.DataLayout.from_nchw` / `to_nchw` convert test arrays).
+    Used by tests and micro-benchmarks; the compiler builds the same compute inside the
+    model instead.
     """
     spec.validate()
     reason = algorithm.unsupported_reason(spec)
     if reason is not None:
         raise ValueError(f"{algorithm.name} does not support {spec}: {reason}")
-    data = te.placeholder(spec.data_shape, spec.data_dtype, name="data")
+    data = te.placeholder(spec.stored_data_shape, spec.data_dtype, name="data")
     constants = algorithm.weight_constants(spec, weight_value)
     if constants is None:
         weights = {RAW_WEIGHT: te.placeholder(spec.weight_shape, spec.weight_dtype, "weight")}

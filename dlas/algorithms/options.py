@@ -1,18 +1,60 @@
-"""The convolution algorithms dlas ships (layer 4): three algorithms x two data formats.
+"""The convolution algorithms dlas ships (layer 4): three algorithms x two weight formats
+(dense, CSR), the dense ones in three activation layouts.
 
 Every conv of a model uses the chosen algorithm, as in the paper. Where an algorithm has
 no form for a conv (spatial pack and grouped/depthwise convs), the conv is computed by the
-fallback named in the description and the compiler records it per conv.
+fallback named in the description and the compiler records it per conv. The dense
+algorithms take `layout` (NCHW, the paper's and the default; NHWC; NCHWc), which the
+compiler keeps across the whole model (`dlas.compiler.layout`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from dlas.registry import NoParams, register
 
 if TYPE_CHECKING:
     from dlas.algorithms.base import ConvAlgorithm
+
+
+class LayoutParams(BaseModel):
+    """The activation layout a dense algorithm computes in (layer 4's data format)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: Literal["NCHW", "NHWC", "NCHWc"] = Field(
+        "NCHW", description="activation layout kept across the model: NCHW (the paper's), "
+                            "NHWC, or NCHWc (channels in blocks of one SIMD register)")
+    block: int | None = Field(
+        None, description="NCHWc only: channels per block (default: the target's SIMD "
+                          "width in float32 lanes: 16 AVX-512, 8 AVX2, 4 Neon)")
+
+    @model_validator(mode="after")
+    def _block_is_nchwc(self) -> LayoutParams:
+        if self.block is not None:
+            if self.layout != "NCHWc":
+                raise ValueError(f"block is NCHWc's channel block; layout {self.layout} "
+                                 "has none (drop block, or set layout: NCHWc)")
+            if self.block < 1 or self.block > 64 or self.block & (self.block - 1):
+                raise ValueError(f"block must be a power of two from 1 to 64, got {self.block}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _without_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # a point that leaves the layout at NCHW is the point it was before layouts
+        # existed: same stored results, same cache keys
+        return {k: v for k, v in handler(self).items()
+                if v != type(self).model_fields[k].default}
 
 
 def needs_sparse_weights(point: Any) -> str | None:
@@ -24,35 +66,35 @@ def needs_sparse_weights(point: Any) -> str | None:
             f"weight_pruning); '{compression.name}' leaves none")
 
 
-@register("algorithms", "direct", tags={"dense"},
+@register("algorithms", "direct", tags={"dense"}, params=LayoutParams,
           description="direct convolution: sliding window over NCHW, no data reshaping; every "
                       "conv kind. Minimal schedule: batch x out-channels in parallel, output "
                       "width vectorized")
-def direct(params: NoParams) -> ConvAlgorithm:
+def direct(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.direct import DirectConv
 
-    return DirectConv()
+    return DirectConv(layout=params.layout, block=params.block)
 
 
-@register("algorithms", "gemm", tags={"dense"},
+@register("algorithms", "gemm", tags={"dense"}, params=LayoutParams,
           description="GEMM: im2col of the input, then (O, Cg*KH*KW) weight x im2col matrix "
                       "per group; every conv kind. Minimal schedule: im2col and product "
                       "parallel, pixel loop vectorized")
-def gemm(params: NoParams) -> ConvAlgorithm:
+def gemm(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.gemm import GemmConv
 
-    return GemmConv()
+    return GemmConv(layout=params.layout, block=params.block)
 
 
-@register("algorithms", "spatial_pack", tags={"dense"},
+@register("algorithms", "spatial_pack", tags={"dense"}, params=LayoutParams,
           description="spatial pack: input tiled (2x8 pixels, halo included), weights packed "
                       "16 out-channels innermost at compile time, output unpacked to NCHW. "
                       "Grouped/depthwise convs have no packed form: computed with 'direct' "
                       "(recorded per conv)")
-def spatial_pack(params: NoParams) -> ConvAlgorithm:
+def spatial_pack(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.spatial_pack import SpatialPackConv
 
-    return SpatialPackConv()
+    return SpatialPackConv(layout=params.layout, block=params.block)
 
 
 @register("algorithms", "direct_csr", tags={"csr"}, constraints=[needs_sparse_weights],

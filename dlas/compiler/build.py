@@ -51,10 +51,12 @@ from tvm_ffi import structural_equal
 from ..algorithms.base import RAW_WEIGHT, ConvAlgorithm, flatten_extern_blocks
 from ..targets.arch import export_suffix
 from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
-from ..tir.schedule_helpers import target_vector_bits
+from ..tir.layout import DataLayout
+from ..tir.schedule_helpers import target_simd, target_vector_bits
 from . import fallbacks as fallback_notes
 from .fold import FoldReport, fold_constants
 from .gpu_schedule import build_gpu
+from .layout import LayoutReport, convert_layout
 from .minimal_schedule import schedule_prim_func
 from .pipeline import SCHEDULED_ATTR, ScheduleHook, relax_finalize_pipeline, unscheduled_prim_funcs
 from .relax_import import ImportedModel
@@ -73,10 +75,11 @@ FOLD_MODES = ("numpy", "tvm", "none")
 
 @dataclass
 class CompileTrace:
-    """Seconds per compile phase, and what constant folding did."""
+    """Seconds per compile phase, what constant folding did, and where the layout went."""
 
     phases: dict[str, float] = field(default_factory=dict)
     fold: FoldReport = field(default_factory=FoldReport)
+    layout: LayoutReport = field(default_factory=lambda: LayoutReport("NCHW"))
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -104,11 +107,23 @@ class CompileResult:
     phases: dict[str, float] = field(default_factory=dict)
     #: Constant folding: op -> calls folded in numpy, and calls left to TVM's FoldConstant.
     folded: dict[str, Any] = field(default_factory=dict)
+    #: The activation layout: convs in it, convs kept NCHW, reorders (`LayoutReport`).
+    layout: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["executable_path"] = str(self.executable_path)
         return out
+
+
+def model_layout(algorithm: ConvAlgorithm, target: Target) -> DataLayout:
+    """The activation layout a model is compiled in: the algorithm's, with NCHWc's block
+    set by the algorithm or else by the target's SIMD width in float32 lanes (16 on
+    AVX-512, 8 on AVX2, 4 on Neon): one block of output channels is one register."""
+    if algorithm.layout != "NCHWc":
+        return DataLayout(algorithm.layout)
+    block = algorithm.block or max(target_simd(target).bits // 32, 1)
+    return DataLayout("NCHWc", block)
 
 
 def make_target(target: dict | str | Target) -> Target:
@@ -134,18 +149,26 @@ def static_shape(ty) -> tuple[int, ...] | None:
 
 
 def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
-    """The ConvSpec of a relax conv2d call, or (None, reason) when it has none."""
+    """The ConvSpec of a relax conv2d call, or (None, reason) when it has none.
+
+    Data and output may be NCHW, NHWC or NCHW<b>c (`dlas.compiler.layout` puts them so);
+    the weight is OIHW.
+    """
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-    if layouts != ("NCHW", "OIHW", "NCHW"):
-        return None, f"layout {layouts} is not NCHW/OIHW"
+    try:
+        data_layout, out_layout = DataLayout.parse(layouts[0]), DataLayout.parse(layouts[2])
+    except ValueError:
+        data_layout = out_layout = None
+    if data_layout is None or out_layout is None or layouts[1] != "OIHW":
+        return None, f"layout {layouts} is not one of NCHW, NHWC, NCHW<b>c with OIHW weights"
     data_shape = static_shape(call.args[0].ty)
     weight_shape = static_shape(call.args[1].ty)
     if data_shape is None or weight_shape is None:
         return None, "dynamic shape"
     out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void") else ""
     spec = ConvSpec(
-        data_shape=data_shape,
+        data_shape=data_layout.logical_shape(data_shape),
         weight_shape=weight_shape,
         strides=tuple(int(v) for v in attrs.strides),
         padding=tuple(int(v) for v in attrs.padding),
@@ -154,6 +177,8 @@ def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
         data_dtype=str(call.args[0].ty.dtype),
         weight_dtype=str(call.args[1].ty.dtype),
         out_dtype=out_dtype or str(call.ty.dtype),
+        data_layout=data_layout.name,
+        out_layout=out_layout.name,
     )
     return spec, None
 
@@ -167,9 +192,10 @@ def constant_value(expr: relax.Expr) -> np.ndarray | None:
 
 def describe(spec: ConvSpec) -> str:
     kh, kw = spec.kernel_size
+    layouts = "" if spec.is_nchw else f" {spec.data_layout}->{spec.out_layout}"
     return (
         f"{spec.data_shape}->{spec.out_shape} k{kh}x{kw} s{spec.strides} p{spec.padding} "
-        f"d{spec.dilation} g{spec.groups} {spec.data_dtype}"
+        f"d{spec.dilation} g{spec.groups} {spec.data_dtype}{layouts}"
     )
 
 
@@ -242,6 +268,15 @@ class ConvLegalizer:
         self.made[out.args[0].name_hint] = (algorithm.name, spec)
         return out
 
+    def layout_reason(self, spec: ConvSpec) -> str | None:
+        """Why a conv laid out as `spec` must keep NCHW: neither the algorithm nor its
+        fallback computes it (`dlas.compiler.layout` asks before it moves the conv)."""
+        reason = self.algorithm.unsupported_reason(spec)
+        fallback = self.algorithm.fallback() if reason is not None else None
+        if fallback is not None and fallback.unsupported_reason(spec) is None:
+            return None
+        return reason
+
     @staticmethod
     def _reason(algorithm: ConvAlgorithm, spec: ConvSpec,
                 weight_value: np.ndarray | None) -> str | None:
@@ -272,8 +307,8 @@ def lower_to_tir(
 ) -> tuple[tvm.IRModule, ConvLegalizer]:
     """Steps 1-4 of the pipeline: fused, unscheduled TIR plus the legalization record.
 
-    `fold` is one of `FOLD_MODES`; `trace`, if given, gains the lower and fold seconds and
-    the fold report.
+    `fold` is one of `FOLD_MODES`; `trace`, if given, gains the lower and fold seconds,
+    the fold report and the layout report.
     """
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
@@ -290,6 +325,8 @@ def lower_to_tir(
             with trace.phase("fold"):
                 mod, trace.fold = fold_constants(mod)
         with trace.phase("lower"):
+            layout = model_layout(algorithm, target)
+            mod, trace.layout = convert_layout(mod, layout, legalizer.layout_reason)
             legalize = relax.transform.LegalizeOps(
                 customize_legalize_map={"relax.nn.conv2d": legalizer})
             mod = _tag_convs(legalize(mod), legalizer.made)
@@ -392,6 +429,7 @@ def compile_model(
         hook_scheduled=sorted(hooked),
         phases={name: trace.phases[name] for name in PHASES if name in trace.phases},
         folded=trace.fold.as_dict(),
+        layout=trace.layout.as_dict(),
     )
     report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from tvm import s_tir, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
-from ..tir.conv_spec import CONV_ALGORITHM_ATTR, ConvSpec, conv_spec_of
+from ..tir.conv_spec import CONV_ALGORITHM_ATTR, REGISTER_TILE_ATTR, ConvSpec, conv_spec_of
 from ..tir.schedule_helpers import (
     block_lanes,
     block_name,
@@ -32,6 +32,7 @@ from ..tir.schedule_helpers import (
     leaf_blocks,
     parallelize_block,
     root_block,
+    unroll_below,
     vectorize_innermost,
 )
 
@@ -80,22 +81,35 @@ def try_inline(sch: s_tir.Schedule, blocks: list[SBlockRV]) -> list[SBlockRV]:
 def schedule_epilogue(
     sch: s_tir.Schedule, conv_block: SBlockRV, at: LoopRV | None, vector_bits: int
 ) -> None:
-    """Inline the conv's elementwise consumers and compute what is left at loop `at`."""
+    """Inline the conv's elementwise consumers and compute what is left at loop `at`.
+
+    A conv block its schedule computes in register tiles (`REGISTER_TILE_ATTR`) then
+    keeps its output in a "local" buffer, once every consumer sits at the tile loop, and
+    the epilogue's tile loops are unrolled so they address the accumulators directly.
+    """
+    tiled = REGISTER_TILE_ATTR in sch.get(conv_block).annotations
     consumers = _transitive(sch, conv_block, sch.get_consumers)
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(root_block(sch))}
     # Intermediate consumers fold into the last one: relu((conv - m) / s * g + b) is one block.
     finals = [b for b in consumers if block_name(sch, b) in outputs]
     intermediates = [b for b in consumers if block_name(sch, b) not in outputs]
     finals += try_inline(sch, intermediates)
+    placed = bool(finals)
     for blk in finals:
         if at is not None:
             try:
                 sch.reverse_compute_at(blk, at, preserve_unit_loops=True)
                 vectorize_innermost(sch, blk, block_lanes(sch, blk, vector_bits))
+                if tiled:
+                    unroll_below(sch, blk, at)
                 continue
             except Exception as err:  # noqa: BLE001 - fall back to a standalone loop nest
                 log.debug("epilogue %s not computed at conv loop: %s", block_name(sch, blk), err)
+        placed = False
         parallelize_block(sch, blk, vector_bits)
+    if tiled and placed:
+        sch.set_scope(conv_block, 0, "local")
+
 
 
 def schedule_prim_func(

@@ -451,25 +451,10 @@ def check_runs_here(target: Any) -> None:
 
 
 def simd_bits(target: Any) -> int:
-    """Vector register width the kernels use for this target.
+    """Vector register width the kernels use for this target (`target_simd`'s)."""
+    from dlas.tir.schedule_helpers import target_simd
 
-    `target_vector_bits` asks LLVM, which in TVM 0.27 answers 512 for every x86 mcpu
-    (znver3 and haswell included), so on x86 the target's features decide: AVX-512 512,
-    AVX 256, else 128. Other targets take `target_vector_bits`.
-    """
-    from dlas.tir.schedule_helpers import target_vector_bits
-
-    with target:
-        llvm_bits = target_vector_bits()
-    if not _is_x86_target(target):
-        return llvm_bits
-    if _target_has(target, "avx512f"):
-        bits = 512
-    elif _target_has(target, "avx"):
-        bits = 256
-    else:
-        bits = 128
-    return min(bits, llvm_bits)
+    return target_simd(target).bits
 
 
 # --------------------------------------------------------------------------------------

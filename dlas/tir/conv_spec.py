@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 from tvm import s_tir
 
+from .layout import DataLayout
 from .schedule_helpers import root_block
 
 #: Block annotation the compiler puts on the output block of every algorithm-made conv.
@@ -22,13 +23,21 @@ from .schedule_helpers import root_block
 CONV_SPEC_ATTR = "dlas.conv_spec"
 #: Block annotation with the name of the algorithm that made the block.
 CONV_ALGORITHM_ATTR = "dlas.conv_algorithm"
+#: Block annotation a conv schedule puts on a block whose output it computes in register
+#: tiles: once every consumer (the fused epilogue) is computed at the tile loop the
+#: schedule returned, the compiler gives the block's output buffer the "local" scope, so
+#: the tile stays in registers from the first FMA to the epilogue's store.
+REGISTER_TILE_ATTR = "dlas.register_tile"
 
 
 @dataclass(frozen=True)
 class ConvSpec:
-    """One `relax.nn.conv2d` call, NCHW data and OIHW weight, static shapes.
+    """One `relax.nn.conv2d` call: static shapes, the OIHW weight, and the data layouts.
 
-    Padding is (top, left, bottom, right), as relax stores it.
+    Shapes are logical: `data_shape` is (N, C, H, W) whatever layout the data is stored
+    in (`data_layout`, `out_layout`: "NCHW", "NHWC" or "NCHW<b>c", see `dlas.tir.layout`);
+    in NCHWc, C and O count the padded channels the graph carries. Padding is (top, left,
+    bottom, right), as relax stores it.
     """
 
     data_shape: tuple[int, ...]
@@ -40,6 +49,29 @@ class ConvSpec:
     data_dtype: str
     weight_dtype: str
     out_dtype: str
+    data_layout: str = "NCHW"
+    out_layout: str = "NCHW"
+
+    @property
+    def data_layout_(self) -> DataLayout:
+        return DataLayout.parse(self.data_layout)
+
+    @property
+    def out_layout_(self) -> DataLayout:
+        return DataLayout.parse(self.out_layout)
+
+    @property
+    def is_nchw(self) -> bool:
+        """Both sides in the paper's layout."""
+        return self.data_layout == "NCHW" and self.out_layout == "NCHW"
+
+    @property
+    def stored_data_shape(self) -> tuple[int, ...]:
+        return self.data_layout_.shape(self.data_shape)
+
+    @property
+    def stored_out_shape(self) -> tuple[int, ...]:
+        return self.out_layout_.shape(self.out_shape)
 
     @property
     def batch(self) -> int:
@@ -79,7 +111,10 @@ class ConvSpec:
         return n * o * oh * ow * cg * kh * kw
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        raw = asdict(self)
+        if self.is_nchw:  # the form specs had before layouts: tuning records keep matching
+            del raw["data_layout"], raw["out_layout"]
+        return json.dumps(raw, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> ConvSpec:
@@ -94,6 +129,8 @@ class ConvSpec:
             data_dtype=raw["data_dtype"],
             weight_dtype=raw["weight_dtype"],
             out_dtype=raw["out_dtype"],
+            data_layout=raw.get("data_layout", "NCHW"),
+            out_layout=raw.get("out_layout", "NCHW"),
         )
 
     def validate(self) -> None:
@@ -106,6 +143,10 @@ class ConvSpec:
             raise ValueError(f"weight in-channels do not match data / groups: {self}")
         if min(self.out_shape) <= 0:
             raise ValueError(f"empty output shape {self.out_shape}: {self}")
+        for layout, channels in ((self.data_layout_, self.in_channels),
+                                 (self.out_layout_, self.out_channels)):
+            if layout.physical_channels(channels) != channels:
+                raise ValueError(f"{layout.name} needs channels padded to whole blocks: {self}")
 
 
 def tag_conv_block(

@@ -9,13 +9,20 @@ below both layers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
-from tvm.target.codegen import llvm_get_vector_width
+from tvm.target.codegen import (
+    llvm_get_cpu_features,
+    llvm_get_system_triple,
+    llvm_get_vector_width,
+)
 from tvm.tirx.analysis import undefined_vars
 from tvm_ffi import get_global_func
 
@@ -27,13 +34,57 @@ MAX_WHOLE_VECTOR = 64
 DEFAULT_VECTOR_BITS = 256
 
 
-def target_vector_bits() -> int:
-    """SIMD width of the current LLVM target (the compiler schedules inside `with target`)."""
-    target = Target.current(allow_none=True)
+@dataclass(frozen=True)
+class Simd:
+    """The vector unit kernels are shaped for: register width and register count."""
+
+    bits: int
+    registers: int
+
+
+#: Set by tests (`forced_simd`) to take the AVX-512 or the AVX2 path on any machine: the
+#: code is built for the real target, only the shapes the schedules choose follow this.
+_FORCED: ContextVar[Simd | None] = ContextVar("dlas_forced_simd", default=None)
+
+
+@contextmanager
+def forced_simd(bits: int, registers: int) -> Iterator[None]:
+    """Schedules inside shape their kernels for this vector unit instead of the target's."""
+    token = _FORCED.set(Simd(bits, registers))
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def target_simd(target: Target | None = None) -> Simd:
+    """The SIMD unit of `target` (default: the current one; the compiler schedules inside
+    `with target`).
+
+    On x86 the target's LLVM features decide: AVX-512F 512 bits x 32 registers, AVX 256 x
+    16, else SSE's 128 x 16. `llvm_get_vector_width` would answer 512 for every x86 mcpu in
+    TVM 0.27 (znver1 and haswell included), so it is asked only for other architectures
+    (AArch64: Neon's 128 bits x 32 registers).
+    """
+    forced = _FORCED.get()
+    if forced is not None:
+        return forced
+    target = target if target is not None else Target.current(allow_none=True)
     if target is None or target.kind.name != "llvm":
-        return DEFAULT_VECTOR_BITS
+        return Simd(DEFAULT_VECTOR_BITS, 16)
+    triple = str(target.attrs.get("mtriple", "") or "") or llvm_get_system_triple()
+    if triple.startswith(("x86_64", "i686", "i386")):
+        features = {str(f) for f in llvm_get_cpu_features(target)}
+        if "avx512f" in features:
+            return Simd(512, 32)
+        return Simd(256 if "avx" in features else 128, 16)
     bits = llvm_get_vector_width(target)
-    return bits if bits > 0 else DEFAULT_VECTOR_BITS
+    return Simd(bits if bits > 0 else 128, 32 if triple.startswith("aarch64") else 16)
+
+
+def target_vector_bits() -> int:
+    """SIMD width in bits of the current LLVM target (see `target_simd`)."""
+    return target_simd().bits
 
 
 def root_block(sch: s_tir.Schedule) -> SBlockRV:
@@ -148,3 +199,14 @@ def parallelize_block(sch: s_tir.Schedule, block: SBlockRV, vector_bits: int) ->
     outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
     sch.parallel(outer)
     vectorize_innermost(sch, block, lanes, skip=[outer])
+
+
+def unroll_below(sch: s_tir.Schedule, block: SBlockRV, at: LoopRV) -> None:
+    """Unroll the serial loops of `block` under loop `at` (a vectorized lane stays): a
+    register tile's loops, so every accumulator is addressed by a constant."""
+    loops = sch.get_loops(block)
+    at_stmt = sch.get(at)
+    index = next(i for i, lp in enumerate(loops) if sch.get(lp).same_as(at_stmt))
+    for loop in loops[index + 1:]:
+        if sch.get(loop).kind == tirx.ForKind.SERIAL:
+            sch.unroll(loop)

@@ -4,35 +4,64 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
+from ..blocked import PACKED_WEIGHT, pack_weight, vector_layout_reason
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr
-from .schedule import schedule_direct, schedule_direct_csr
+from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr, conv2d_vector_direct
+from .schedule import schedule_direct, schedule_direct_csr, schedule_direct_vector
+
+ALL_LAYOUTS = frozenset({"NCHW", "NHWC", "NCHWc"})
 
 
 class DirectConv(ConvAlgorithm):
     """Direct convolution (`compute.py`) with the minimal schedule of `schedule.py`.
 
-    Computes every conv kind (strides, padding, dilation, grouped, depthwise), which is
-    why other algorithms fall back to it. `vectorize=False` keeps only the thread
-    parallelism (no SIMD over the output width): about 8x slower on a CIFAR ResNet18 with
-    AVX-512, useful to separate the two effects.
+    Computes every conv kind (strides, padding, dilation, grouped, depthwise) in NCHW,
+    which is why other algorithms fall back to it, and plain and depthwise convs in the
+    vector layouts (NHWC, NCHWc), where its schedule is the register-tiled micro-kernel.
+    `vectorize=False` keeps only the thread parallelism of the NCHW schedule (no SIMD over
+    the output width): about 8x slower on a CIFAR ResNet18 with AVX-512, useful to
+    separate the two effects.
     """
 
     name = "direct"
+    layouts = ALL_LAYOUTS
 
-    def __init__(self, vectorize: bool = True) -> None:
+    def __init__(self, vectorize: bool = True, layout: str = "NCHW",
+                 block: int | None = None) -> None:
+        super().__init__(layout, block)
         self.vectorize = vectorize
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if not spec.is_nchw:
+            reason = vector_layout_reason(spec)
+            if reason is not None:
+                return reason
+        return super().unsupported_reason(spec)
+
+    def weight_constants(
+        self, spec: ConvSpec, weight_value: np.ndarray | None
+    ) -> dict[str, np.ndarray] | None:
+        if spec.is_nchw:
+            return None
+        if weight_value is None:
+            raise ValueError(f"{spec.out_layout} convs need the weight at compile time")
+        return {PACKED_WEIGHT: pack_weight(spec, weight_value)}
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if not spec.is_nchw:
+            return conv2d_vector_direct(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_direct(data, weights[RAW_WEIGHT], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if not spec.is_nchw:
+            return schedule_direct_vector(sch, block, spec)
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from tvm import te, tirx
 
 from ..base import ConvSpec
+from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, in_channel, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 
@@ -82,3 +83,44 @@ def direct_csr_kernel(spec: ConvSpec, padded: te.Tensor, val: te.Tensor, col: te
     layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Data", tiles={},
                           pixels={"y": oh, "x": ow}, index=index)
     return csr_row_kernel(layout, (n, o), spec.out_dtype, padded, val, col, ptr)
+
+
+#: Name of the conv output stage in a vector layout (NHWC, NCHWc).
+VECTOR_CONV_NAME = "conv2d_direct_vector"
+
+
+def conv2d_vector_direct(data: te.Tensor, packed: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """The direct conv in a vector layout: a sliding window over the stored input, no
+    reshaping, the weight packed by `blocked.pack_weight`.
+
+        out[n, oc, lane, y, x] = sum_{ic, ky, kx, il} in[n, ic, il, y*sh + ky*dh, x*sw + kx*dw]
+                                 * packed[oc, ic, ky, kx, il, lane]      (groups = 1)
+        out[n, c, lane, y, x] = sum_{ky, kx} in[n, c, lane, y*sh + ky*dh, x*sw + kx*dw]
+                                * packed[c, ky, kx, lane]                (depthwise)
+
+    with (chunk, lane) indexing channels as `blocked.Blocking` cuts them.
+    """
+    cut = blocking_of(spec)
+    _, _, kh, kw = spec.weight_shape
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    padded = pad_stored(data, spec.data_layout_, spec.padding)
+    acc = spec.out_dtype
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    if cut.depthwise:
+        def fdepthwise(n, c, lane, y, x):
+            pixel = read_input(padded, spec, c, lane, n, y * sh + ry * dh, x * sw + rx * dw)
+            return te.sum(widen(pixel, acc) * widen(packed[c, ry, rx, lane], acc),
+                          axis=[ry, rx])
+
+        return stored_output(spec, fdepthwise, VECTOR_CONV_NAME)
+    rc = te.reduce_axis((0, cut.in_chunks), name="rc")
+    ri = te.reduce_axis((0, cut.in_chunk), name="ri")
+
+    def fconv(n, oc, lane, y, x):
+        pixel = read_input(padded, spec, rc, ri, n, y * sh + ry * dh, x * sw + rx * dw)
+        return te.sum(widen(pixel, acc) * widen(packed[oc, rc, ry, rx, ri, lane], acc),
+                      axis=[rc, ry, rx, ri])
+
+    return stored_output(spec, fconv, VECTOR_CONV_NAME)

@@ -27,6 +27,8 @@ from tvm import s_tir
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvSpec
+from ..blocked import blocking_of
+from ..microkernel import schedule_register_tile, tile_for
 from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
@@ -54,5 +56,17 @@ def schedule_direct(
 def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
     """Schedule the direct CSR conv whose row block is `block`; return the parallel loop."""
     outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
+    parallelize_producers(sch, block)
+    return outer
+
+
+def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """Schedule the direct conv in a vector layout as the register-tiled micro-kernel
+    (`microkernel`), kernel taps unrolled (the column taps of a plain conv; both for a
+    depthwise one, whose tap loop is the whole reduction); padding parallel. Returns the
+    tile loop the epilogue is computed at."""
+    depthwise = blocking_of(spec).depthwise
+    outer = schedule_register_tile(sch, block, spec, tile_for(spec),
+                                   unroll=(0, 1) if depthwise else (2,))
     parallelize_producers(sch, block)
     return outer

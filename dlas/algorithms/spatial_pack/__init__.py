@@ -34,7 +34,7 @@ class SpatialPackConv(ConvAlgorithm):
         return super().unsupported_reason(spec)
 
     def fallback(self) -> ConvAlgorithm:
-        return DirectConv()
+        return DirectConv(layout=self.layout, block=self.block)
 
     def weight_constants(
         self, spec: ConvSpec, weight_value: np.ndarray | None
