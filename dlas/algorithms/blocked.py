@@ -23,7 +23,7 @@ import numpy as np
 from tvm import te, tirx
 from tvm.runtime import DataType
 
-from ..tir.layout import DataLayout
+from ..tir.layout import LAYOUT_KINDS, DataLayout
 from ..tir.schedule_helpers import target_simd
 from .base import ConvSpec
 
@@ -159,3 +159,31 @@ def stored_output(spec: ConvSpec, value: OutputFn, name: str) -> te.Tensor:
         return te.compute(spec.stored_out_shape,
                           lambda n, y, x, o: value(n, o // bo, o % bo, y, x), name=name)
     raise ValueError(f"vector-layout convs write NHWC or NCHWc, not {layout.name}")
+
+
+class VectorLayouts:
+    """Mixin of a dense `ConvAlgorithm` that also computes in NHWC and NCHWc: the layout
+    check and the weight packed once, at compile time. The algorithm's NCHW weight form,
+    if any, comes from `nchw_weight_constants`."""
+
+    layouts = frozenset(LAYOUT_KINDS)
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if not spec.is_nchw:
+            reason = vector_layout_reason(spec)
+            if reason is not None:
+                return reason
+        return super().unsupported_reason(spec)  # type: ignore[misc]
+
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray] | None:
+        if spec.is_nchw:
+            return self.nchw_weight_constants(spec, weight_value)
+        if weight_value is None:
+            raise ValueError(f"{spec.out_layout} convs need the weight at compile time")
+        return {PACKED_WEIGHT: pack_weight(spec, weight_value)}
+
+    def nchw_weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                              ) -> dict[str, np.ndarray] | None:
+        """The NCHW form's compile-time weight arrays (None: the raw OIHW weight)."""
+        return None

@@ -119,3 +119,23 @@ def csr_update_loops(sch: s_tir.Schedule, row: SBlockRV) -> tuple[SBlockRV, list
 
 def _loop_is_data_dependent(sch: s_tir.Schedule, loop: LoopRV) -> bool:
     return const_extent(sch, loop) is None
+
+
+def parallelize_rows(sch: s_tir.Schedule, block: SBlockRV, lead: int, dtype: str) -> None:
+    """A copy stage's minimal schedule for large row counts: its first `lead` loops
+    fused and run in parallel, the innermost vectorized (whole, or by the SIMD lanes),
+    the loops between kept nested. Fusing every loop but the innermost, as
+    `parallelize_block` does, computes each index by division from the fused counter:
+    for a copy of short channel runs (im2col, packing, padding in NCHWc) that division
+    costs more than the copy."""
+    loops = sch.get_loops(block)
+    lead = max(1, min(lead, len(loops) - 1))
+    sch.parallel(sch.fuse(*loops[:lead]) if lead > 1 else loops[0])
+    vectorize_loop(sch, sch.get_loops(block)[-1], dtype)
+
+
+def parallelize_padding(sch: s_tir.Schedule, block: SBlockRV, rows: int, dtype: str) -> None:
+    """`parallelize_rows` for each padding stage feeding `block` (none when unpadded)."""
+    for producer in sch.get_producers(block):
+        if not is_parallelized(sch, producer):
+            parallelize_rows(sch, producer, rows, dtype)

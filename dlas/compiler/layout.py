@@ -378,6 +378,10 @@ def convert_layout(mod: tvm.IRModule, layout: DataLayout, conv_reason: ConvReaso
     report = LayoutReport(layout.name)
     if layout.is_nchw:
         return mod, report
+    # (x, indices)[0] -> x, aliases and unused values gone: what the importer leaves
+    # around a max pool would otherwise look like an op with no form in the layout
+    mod = relax.transform.CanonicalizeBindings()(mod)
+    mod = relax.transform.DeadCodeElimination()(mod)
     func = mod[function]
     body = func.body
     bb = relax.BlockBuilder(mod)

@@ -88,7 +88,9 @@ def schedule_epilogue(
     the epilogue's tile loops are unrolled so they address the accumulators directly.
     """
     tiled = REGISTER_TILE_ATTR in sch.get(conv_block).annotations
-    consumers = _transitive(sch, conv_block, sch.get_consumers)
+    # a conv schedule may have placed some itself (a register tile's write-back stage)
+    consumers = [b for b in _transitive(sch, conv_block, sch.get_consumers)
+                 if not is_parallelized(sch, b)]
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(root_block(sch))}
     # Intermediate consumers fold into the last one: relu((conv - m) / s * g + b) is one block.
     finals = [b for b in consumers if block_name(sch, b) in outputs]

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
-from ..blocked import PACKED_WEIGHT, pack_weight, vector_layout_reason
+from ..blocked import PACKED_WEIGHT, VectorLayouts
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
 from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr, conv2d_vector_direct
 from .schedule import schedule_direct, schedule_direct_csr, schedule_direct_vector
 
-ALL_LAYOUTS = frozenset({"NCHW", "NHWC", "NCHWc"})
 
-
-class DirectConv(ConvAlgorithm):
+class DirectConv(VectorLayouts, ConvAlgorithm):
     """Direct convolution (`compute.py`) with the minimal schedule of `schedule.py`.
 
     Computes every conv kind (strides, padding, dilation, grouped, depthwise) in NCHW,
@@ -29,28 +26,11 @@ class DirectConv(ConvAlgorithm):
     """
 
     name = "direct"
-    layouts = ALL_LAYOUTS
 
     def __init__(self, vectorize: bool = True, layout: str = "NCHW",
                  block: int | None = None) -> None:
         super().__init__(layout, block)
         self.vectorize = vectorize
-
-    def unsupported_reason(self, spec: ConvSpec) -> str | None:
-        if not spec.is_nchw:
-            reason = vector_layout_reason(spec)
-            if reason is not None:
-                return reason
-        return super().unsupported_reason(spec)
-
-    def weight_constants(
-        self, spec: ConvSpec, weight_value: np.ndarray | None
-    ) -> dict[str, np.ndarray] | None:
-        if spec.is_nchw:
-            return None
-        if weight_value is None:
-            raise ValueError(f"{spec.out_layout} convs need the weight at compile time")
-        return {PACKED_WEIGHT: pack_weight(spec, weight_value)}
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec

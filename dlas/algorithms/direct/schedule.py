@@ -31,6 +31,7 @@ from ..blocked import blocking_of
 from ..microkernel import schedule_register_tile, tile_for
 from ..schedule_util import (
     parallel_outer,
+    parallelize_padding,
     parallelize_producers,
     schedule_csr_rows,
     vectorize_under_reduction,
@@ -66,7 +67,6 @@ def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec)
     depthwise one, whose tap loop is the whole reduction); padding parallel. Returns the
     tile loop the epilogue is computed at."""
     depthwise = blocking_of(spec).depthwise
-    outer = schedule_register_tile(sch, block, spec, tile_for(spec),
-                                   unroll=(0, 1) if depthwise else (2,))
-    parallelize_producers(sch, block)
-    return outer
+    parallelize_padding(sch, block, spec.data_layout_.spatial_axes[1], spec.data_dtype)
+    return schedule_register_tile(sch, block, spec, tile_for(spec),
+                                  unroll=(0, 1) if depthwise else (2,))

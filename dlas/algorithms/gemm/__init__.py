@@ -9,20 +9,23 @@ from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvAlgorithm, ConvSpec
+from ..blocked import PACKED_WEIGHT, VectorLayouts
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr
-from .schedule import schedule_gemm, schedule_gemm_csr
+from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr, conv2d_vector_gemm
+from .schedule import schedule_gemm, schedule_gemm_csr, schedule_gemm_vector
 
 
-class GemmConv(ConvAlgorithm):
-    """im2col + GEMM, every conv kind (grouped and depthwise as per-group GEMMs).
+class GemmConv(VectorLayouts, ConvAlgorithm):
+    """im2col + GEMM, every conv kind in NCHW (grouped and depthwise as per-group GEMMs);
+    plain and depthwise convs in NHWC and NCHWc.
 
-    The weight is reshaped to (O, Cg*KH*KW) at compile time when it is a constant.
+    NCHW: the weight is reshaped to (O, Cg*KH*KW) at compile time when it is a constant.
+    NHWC/NCHWc: packed (`blocked.pack_weight`); im2col rows are contiguous in K.
     """
 
     name = "gemm"
 
-    def weight_constants(
+    def nchw_weight_constants(
         self, spec: ConvSpec, weight_value: np.ndarray | None
     ) -> dict[str, np.ndarray] | None:
         if weight_value is None:
@@ -32,9 +35,13 @@ class GemmConv(ConvAlgorithm):
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if not spec.is_nchw:
+            return conv2d_vector_gemm(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_gemm(data, dict(weights), spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if not spec.is_nchw:
+            return schedule_gemm_vector(sch, block, spec)
         return schedule_gemm(sch, block, spec)
 
 

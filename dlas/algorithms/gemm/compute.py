@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from tvm import te, tirx
 
 from ..base import RAW_WEIGHT, ConvSpec
+from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, pad_nchw, reduction_size, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 
@@ -103,3 +104,60 @@ def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.T
     layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Mat", tiles={},
                           pixels={"y": oh, "x": ow}, index=index)
     return csr_row_kernel(layout, (n, o), spec.out_dtype, colmat, val, col, ptr)
+
+
+#: Names of the vector-layout GEMM's stages.
+VECTOR_IM2COL_NAME = "im2col_vector"
+VECTOR_GEMM_NAME = "conv2d_gemm_vector"
+
+
+def im2col_vector(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """Every output pixel's receptive field as one contiguous row, from the stored input.
+
+    Plain convs: col[n, y, x, ic, ky, kx, il] (stored as the (N, OH, OW) x K matrix, K
+    ordered as the packed weight's); the layout's channel runs `il` are copied whole, and
+    no index is divided. Depthwise: col[n, c, y, x, ky, kx, lane], K = KH * KW per channel.
+    """
+    cut = blocking_of(spec)
+    _, _, kh, kw = spec.weight_shape
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    _, _, oh, ow = spec.out_shape
+    padded = pad_stored(data, spec.data_layout_, spec.padding)
+    if cut.depthwise:
+        return te.compute(
+            (spec.batch, cut.out_blocks, oh, ow, kh, kw, cut.out_block),
+            lambda n, c, y, x, ky, kx, lane: read_input(
+                padded, spec, c, lane, n, y * sh + ky * dh, x * sw + kx * dw),
+            name=VECTOR_IM2COL_NAME)
+    return te.compute(
+        (spec.batch, oh, ow, cut.in_chunks, kh, kw, cut.in_chunk),
+        lambda n, y, x, ic, ky, kx, il: read_input(
+            padded, spec, ic, il, n, y * sh + ky * dh, x * sw + kx * dw),
+        name=VECTOR_IM2COL_NAME)
+
+
+def conv2d_vector_gemm(data: te.Tensor, packed: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """im2col, then the (pixels x K) matrix times the packed (K x O) weight, written in
+    the output layout: out[n, oc, lane, y, x] = sum_k col[n, y, x, k] * packed[oc, k, lane]
+    (depthwise: per channel, over its K = KH * KW taps)."""
+    cut = blocking_of(spec)
+    _, _, kh, kw = spec.weight_shape
+    col = im2col_vector(data, spec)
+    acc = spec.out_dtype
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    if cut.depthwise:
+        def fdepthwise(n, c, lane, y, x):
+            return te.sum(widen(col[n, c, y, x, ry, rx, lane], acc)
+                          * widen(packed[c, ry, rx, lane], acc), axis=[ry, rx])
+
+        return stored_output(spec, fdepthwise, VECTOR_GEMM_NAME)
+    rc = te.reduce_axis((0, cut.in_chunks), name="rc")
+    ri = te.reduce_axis((0, cut.in_chunk), name="ri")
+
+    def fgemm(n, oc, lane, y, x):
+        return te.sum(widen(col[n, y, x, rc, ry, rx, ri], acc)
+                      * widen(packed[oc, rc, ry, rx, ri, lane], acc), axis=[rc, ry, rx, ri])
+
+    return stored_output(spec, fgemm, VECTOR_GEMM_NAME)

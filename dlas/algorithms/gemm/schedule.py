@@ -19,9 +19,12 @@ from tvm import s_tir
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvSpec
+from ..blocked import blocking_of
+from ..microkernel import schedule_register_tile, tile_for
 from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
+    parallelize_rows,
     schedule_csr_rows,
     vectorize_under_reduction,
 )
@@ -47,3 +50,17 @@ def _schedule_im2col(sch: s_tir.Schedule, block: SBlockRV) -> None:
     for producer in sch.get_producers(block):
         parallelize_producers(sch, producer)  # padding, if any
     parallelize_producers(sch, block)  # im2col
+
+
+def schedule_gemm_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """Schedule the vector-layout GEMM: the product as the register-tiled micro-kernel
+    over one K loop (the matrix's row, contiguous in the im2col matrix and the packed
+    weight; a depthwise conv's 3x3 K unrolled), and im2col with the padding inlined into
+    it, its rows in parallel and its channel runs vectorized. Returns the tile loop."""
+    depthwise = blocking_of(spec).depthwise
+    (im2col,) = sch.get_producers(block)
+    for pad in sch.get_producers(im2col):
+        sch.compute_inline(pad)
+    parallelize_rows(sch, im2col, 3 if depthwise else 2, spec.data_dtype)  # (n, [c,] y)
+    return schedule_register_tile(sch, block, spec, tile_for(spec), fuse_reduction=True,
+                                  unroll=(0,) if depthwise else ())

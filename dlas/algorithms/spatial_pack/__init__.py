@@ -9,22 +9,29 @@ from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvAlgorithm, ConvSpec
+from ..blocked import PACKED_WEIGHT, VectorLayouts
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
 from ..direct import DirectConv, DirectCSRConv
 from .compute import (
     KERNEL_VEC,
     conv2d_nchw_spatial_pack,
     conv2d_nchw_spatial_pack_csr,
+    conv2d_vector_spatial_pack,
     pack_kernel,
 )
-from .schedule import schedule_spatial_pack, schedule_spatial_pack_csr
+from .schedule import (
+    schedule_spatial_pack,
+    schedule_spatial_pack_csr,
+    schedule_spatial_pack_vector,
+)
 
 GROUPED_REASON = ("spatial pack tiles whole input channels; grouped/depthwise convs have "
                   "no packed form")
 
 
-class SpatialPackConv(ConvAlgorithm):
-    """Spatial pack for groups == 1; grouped and depthwise convs fall back to `direct`."""
+class SpatialPackConv(VectorLayouts, ConvAlgorithm):
+    """Spatial pack for groups == 1, in every layout; grouped and depthwise convs fall
+    back to `direct` (in the same layout)."""
 
     name = "spatial_pack"
 
@@ -36,7 +43,7 @@ class SpatialPackConv(ConvAlgorithm):
     def fallback(self) -> ConvAlgorithm:
         return DirectConv(layout=self.layout, block=self.block)
 
-    def weight_constants(
+    def nchw_weight_constants(
         self, spec: ConvSpec, weight_value: np.ndarray | None
     ) -> dict[str, np.ndarray] | None:
         if weight_value is None:
@@ -46,9 +53,13 @@ class SpatialPackConv(ConvAlgorithm):
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if not spec.is_nchw:
+            return conv2d_vector_spatial_pack(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_spatial_pack(data, dict(weights), spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if not spec.is_nchw:
+            return schedule_spatial_pack_vector(sch, block, spec)
         return schedule_spatial_pack(sch, block, spec)
 
 

@@ -33,9 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 from tvm import te, tirx
 
+from ...tir.schedule_helpers import target_simd
 from ..base import RAW_WEIGHT, ConvSpec
+from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
+from ..microkernel import choose_tile, vectors_per_block
 
 DATA_VEC_NAME = "data_vec"
 KERNEL_VEC = "kernel_vec"
@@ -180,3 +183,80 @@ def spatial_pack_csr_kernel(spec: ConvSpec, data_vec: te.Tensor, val: te.Tensor,
                           index=index)
     return csr_row_kernel(layout, (spec.batch, spec.out_channels), spec.out_dtype, data_vec,
                           val, col, ptr)
+
+
+#: Names of the vector-layout spatial pack's stages.
+VECTOR_DATA_VEC_NAME = "data_vec_vector"
+VECTOR_CONV_NAME = "conv2d_spatial_pack_vector_tiles"
+VECTOR_UNPACK_NAME = "conv2d_spatial_pack_vector"
+
+
+@dataclass(frozen=True)
+class VectorTiles:
+    """A vector-layout spatial pack's output tile: `oc_inner` channel vectors x vh x vw
+    pixels (all in registers), and the input window one tile reads."""
+
+    oc_inner: int
+    vh: int
+    vw: int
+    ht: int
+    wt: int
+    vh_in: int
+    vw_in: int
+
+
+def vector_tiles_for(spec: ConvSpec) -> VectorTiles:
+    """The 2-d tile of least loads per FMA in the register budget (`microkernel`): two
+    output rows where the height is even (the packing's point: a tile's window reused
+    down rows as well as across), columns and channel vectors to fill the registers;
+    sizes divide the output (no overhanging tiles)."""
+    cut = blocking_of(spec)
+    simd = target_simd()
+    vectors = vectors_per_block(cut.out_block, spec.out_dtype, simd)
+    _, _, oh, ow = spec.out_shape
+    vh = 2 if oh % 2 == 0 else 1
+    tile = choose_tile(cut.out_blocks, ow, vectors * vh, simd)
+    kh, kw = spec.kernel_size
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    return VectorTiles(
+        oc_inner=tile.oc_inner, vh=vh, vw=tile.cols, ht=oh // vh, wt=ow // tile.cols,
+        vh_in=(vh - 1) * sh + (kh - 1) * dh + 1, vw_in=(tile.cols - 1) * sw + (kw - 1) * dw + 1)
+
+
+def conv2d_vector_spatial_pack(data: te.Tensor, packed: te.Tensor, spec: ConvSpec
+                               ) -> te.Tensor:
+    """Spatial pack in a vector layout (groups == 1): the stored input repacked so each
+    tile's window (halo included) is contiguous, the tile product with the packed weight
+    (`blocked.pack_weight`), then the tiles written in the output layout:
+
+        data_vec[n, ht, wt, ic, i, j, il] = in[n, ic, il, ht*vh*sh + i, wt*vw*sw + j]
+        tiles[n, oc, ht, wt, vh, vw, lane] = sum_{ic, ky, kx, il} packed[oc, ic, ky, kx, il, lane]
+            * data_vec[n, ht, wt, ic, vh*sh + ky*dh, vw*sw + kx*dw, il]
+    """
+    cut = blocking_of(spec)
+    t = vector_tiles_for(spec)
+    _, _, kh, kw = spec.weight_shape
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    acc = spec.out_dtype
+    padded = pad_stored(data, spec.data_layout_, spec.padding)
+    data_vec = te.compute(
+        (spec.batch, t.ht, t.wt, cut.in_chunks, t.vh_in, t.vw_in, cut.in_chunk),
+        lambda n, ht, wt, ic, i, j, il: read_input(
+            padded, spec, ic, il, n, ht * t.vh * sh + i, wt * t.vw * sw + j),
+        name=VECTOR_DATA_VEC_NAME)
+    rc = te.reduce_axis((0, cut.in_chunks), name="rc")
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    ri = te.reduce_axis((0, cut.in_chunk), name="ri")
+    tiles = te.compute(
+        (spec.batch, cut.out_blocks, t.ht, t.wt, t.vh, t.vw, cut.out_block),
+        lambda n, oc, ht, wt, vh, vw, lane: te.sum(
+            widen(data_vec[n, ht, wt, rc, vh * sh + ry * dh, vw * sw + rx * dw, ri], acc)
+            * widen(packed[oc, rc, ry, rx, ri, lane], acc), axis=[rc, ry, rx, ri]),
+        name=VECTOR_CONV_NAME)
+    return stored_output(
+        spec, lambda n, oc, lane, y, x: tiles[n, oc, y // t.vh, x // t.vw, y % t.vh,
+                                             x % t.vw, lane],
+        VECTOR_UNPACK_NAME)

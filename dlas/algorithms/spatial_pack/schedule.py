@@ -20,14 +20,18 @@ from __future__ import annotations
 from tvm import s_tir
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
+from ...tir.conv_spec import REGISTER_TILE_ATTR
 from ..base import ConvSpec
+from ..microkernel import output_loops, unroll_tile, vectorize_lane
 from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
+    parallelize_rows,
     schedule_csr_rows,
     vectorize_loop,
     vectorize_under_reduction,
 )
+from .compute import vector_tiles_for
 
 
 def schedule_spatial_pack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
@@ -59,3 +63,39 @@ def _schedule_unpack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> Lo
     outer = parallel_outer(sch, [n, o])
     vectorize_loop(sch, x, spec.out_dtype)
     return outer
+
+
+def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec
+                                 ) -> LoopRV:
+    """Schedule the vector-layout spatial pack whose output block is `block`.
+
+    The output's loops are cut into tiles, (batch, channel tiles, tile rows) in
+    parallel; each tile's product is computed at its tile loop into registers (the
+    micro-kernel's loop order: reduction outside, channel vectors x vh x vw unrolled,
+    lanes vectorized) and written out from there, where the compiler computes the
+    epilogue too. The packing (padding inlined into it) runs in parallel over tile rows.
+    Returns the tile loop.
+    """
+    t = vector_tiles_for(spec)
+    (tiles,) = sch.get_producers(block)
+    (data_vec,) = sch.get_producers(tiles)
+    for pad in sch.get_producers(data_vec):
+        sch.compute_inline(pad)
+    parallelize_rows(sch, data_vec, 2, spec.data_dtype)  # (n, tile row)
+    loops = output_loops(sch, block, spec)
+    oc_outer, oc_inner = sch.split(loops.oc, factors=[None, t.oc_inner])
+    y_outer, y_inner = sch.split(loops.y, factors=[None, t.vh])
+    x_outer, x_inner = sch.split(loops.x, factors=[None, t.vw])
+    sch.reorder(loops.n, oc_outer, y_outer, x_outer, oc_inner, y_inner, x_inner, loops.lane)
+    sch.parallel(sch.fuse(loops.n, oc_outer, y_outer))
+    sch.compute_at(tiles, x_outer, preserve_unit_loops=True)
+    *_, n, oc, ht, wt, vh, vw, lane, rc, ry, rx, ri = sch.get_loops(tiles)
+    sch.reorder(rc, ry, rx, ri, n, oc, ht, wt, vh, vw, lane)
+    vectorize_lane(sch, lane)
+    for loop in (oc, vh, vw, rx):
+        sch.unroll(loop)
+    unroll_tile(sch, sch.decompose_reduction(tiles, rc), x_outer)
+    sch.set_scope(tiles, 0, "local")
+    unroll_tile(sch, block, x_outer)
+    sch.annotate(block, REGISTER_TILE_ATTR, 1)
+    return x_outer
