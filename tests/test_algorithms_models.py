@@ -1,8 +1,11 @@
-"""Whole models compiled with every algorithm give PyTorch's outputs and top-1.
+"""Whole models compiled with every algorithm, in every layout, give PyTorch's outputs
+and top-1.
 
 CIFAR ResNet18 and MobileNetV2 (half width, random weights) cover every conv kind the
 CIFAR models have, including depthwise convs where spatial pack falls back to direct.
 CSR variants get the model pruned to 90% (global L1), so rows of every length occur.
+The dense algorithms also run in NHWC and NCHWc, where the layout must hold from the
+first conv to the global pool.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from dlas.measure.verify import verify_outputs
 from dlas.targets.host import host_target
 
 ALGORITHMS = ["direct", "gemm", "spatial_pack", "direct_csr", "gemm_csr", "spatial_pack_csr"]
+#: (algorithm, layout): every algorithm in NCHW, the dense ones in the vector layouts too.
+VARIANTS = [(a, "NCHW") for a in ALGORITHMS] + [
+    (a, layout) for a in ("direct", "gemm", "spatial_pack") for layout in ("NHWC", "NCHWc")]
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +49,18 @@ def model_pair(request: pytest.FixtureRequest) -> tuple[str, torch.nn.Module, to
     return request.param, model, sparse
 
 
-@pytest.mark.parametrize("algorithm", ALGORITHMS)
-def test_model_matches_pytorch(model_pair: tuple, algorithm: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("algorithm", "layout"), VARIANTS,
+                         ids=[f"{a}-{layout}" for a, layout in VARIANTS])
+def test_model_matches_pytorch(model_pair: tuple, algorithm: str, layout: str,
+                               tmp_path: Path) -> None:
     name, dense, sparse = model_pair
     model = sparse if algorithm.endswith("_csr") else dense
     x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         ref = model(x).numpy()
     imported = import_torch_model(model, (1, 3, 32, 32))
-    compiled = compile_model(imported, registry.create("algorithms", algorithm, {}),
+    params = {} if layout == "NCHW" else {"layout": layout}
+    compiled = compile_model(imported, registry.create("algorithms", algorithm, params),
                              host_target(), tmp_path)
     got = run_batch(load_vm(compiled.executable_path), x.numpy())
     check = verify_outputs(got, ref)
@@ -65,3 +74,6 @@ def test_model_matches_pytorch(model_pair: tuple, algorithm: str, tmp_path: Path
         assert all(f"computed with {fallback}" in line for line in compiled.fallbacks)
     else:
         assert compiled.fallbacks == []
+    if layout != "NCHW":  # every conv in the layout, back to NCHW only for the classifier
+        assert compiled.layout["convs"] == compiled.conv_count
+        assert compiled.layout["to_nchw"] == {"mean": 1}

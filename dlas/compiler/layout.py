@@ -113,6 +113,11 @@ def _op_name(call: relax.Call) -> str:
     return call.op.name if isinstance(call.op, ir.Op) else ""
 
 
+def _user(call: relax.Call) -> str:
+    """How a report names the op that needed a reorder: "conv2d", "reshape", ..."""
+    return _op_name(call).rsplit(".", 1)[-1] or "call"
+
+
 @dataclass
 class _Stored:
     """A value held in the layout: its var and its logical (NCHW) shape."""
@@ -207,8 +212,7 @@ class _Rewriter:
         value = binding.value
         stored = self._in_layout(value) if isinstance(value, relax.Call) else None
         if stored is None:
-            user = _op_name(value).removeprefix("relax.") if isinstance(value, relax.Call) \
-                else type(value).__name__
+            user = _user(value) if isinstance(value, relax.Call) else type(value).__name__
             new = self.nchw(value, user)
             self.vars[var] = self._emit(var, new)
             return
@@ -238,7 +242,7 @@ class _Rewriter:
             first = call.args[0]
             if not (isinstance(first, relax.Var) and first in self.stored):
                 return None
-            args = [self.stored[first].var, *[self.nchw(a, name) for a in call.args[1:]]]
+            args = [self.stored[first].var, *[self.nchw(a, _user(call)) for a in call.args[1:]]]
             return relax.Call(call.op, args, call.attrs, call.ty_args), out_shape
         if name in BINARY_OPS:
             return self._binary(call, out_shape)
@@ -264,7 +268,7 @@ class _Rewriter:
             shape = _shape(arg)
             if shape is None or len(shape) != 4 or shape[1] != channels:
                 return None  # a scalar var or a channel broadcast: keep NCHW
-            stored = self._to_layout(arg, _op_name(call).removeprefix("relax."))
+            stored = self._to_layout(arg, _user(call))
             if stored is None:
                 return None
             args.append(stored.var)
