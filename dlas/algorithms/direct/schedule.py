@@ -69,4 +69,4 @@ def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec)
     depthwise = blocking_of(spec).depthwise
     parallelize_padding(sch, block, spec.data_layout_.spatial_axes[1], spec.data_dtype)
     return schedule_register_tile(sch, block, spec, tile_for(spec),
-                                  unroll=(0, 1) if depthwise else (2,))
+                                  unroll=(0, 1) if depthwise else ())

@@ -92,7 +92,7 @@ def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: Con
     *_, n, oc, ht, wt, vh, vw, lane, rc, ry, rx, ri = sch.get_loops(tiles)
     sch.reorder(rc, ry, rx, ri, n, oc, ht, wt, vh, vw, lane)
     vectorize_lane(sch, lane)
-    for loop in (oc, vh, vw, rx):
+    for loop in (oc, vh, vw):
         sch.unroll(loop)
     unroll_tile(sch, sch.decompose_reduction(tiles, rc), x_outer)
     sch.set_scope(tiles, 0, "local")
