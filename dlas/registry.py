@@ -53,6 +53,16 @@ class UnknownOptionError(KeyError):
         return str(self.args[0])
 
 
+def choice_label(name: str, params: BaseModel) -> str:
+    """How results and exclude rules name an option with its parameters: the name, then
+    the parameters set away from their defaults, e.g. `direct(layout=NCHWc)`."""
+    set_params = params.model_dump(mode="json", exclude_defaults=True)
+    if not set_params:
+        return name
+    inner = ",".join(f"{k}={v}" for k, v in sorted(set_params.items()))
+    return f"{name}({inner})"
+
+
 @dataclass
 class Option:
     """A registered option on one layer."""

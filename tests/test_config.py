@@ -122,6 +122,19 @@ def test_exclude_rules() -> None:
         parse_config(tiny_sweep() + "exclude:\n  - {compression: int8}\n")
 
 
+def test_exclude_rules_name_one_parameter_setting_by_its_label() -> None:
+    """`direct(layout=NCHWc)` leaves out that setting only; `direct` leaves out all."""
+    text = tiny_sweep(compression=["none", "weight_pruning"], algorithms=[
+        "direct", "{name: direct, params: {layout: NCHWc}}"]) + (
+        'exclude:\n  - {compression: weight_pruning, algorithms: "direct(layout=NCHWc)"}\n')
+    points = expand(parse_config(text))
+    assert sorted((p.compression.name, p.algorithms.label) for p in points) == [
+        ("none", "direct"), ("none", "direct(layout=NCHWc)"), ("weight_pruning", "direct")]
+    with pytest.raises(ConfigError, match=r"direct\(layout=NHWC\)', which this sweep"):
+        parse_config(tiny_sweep(algorithms=["direct"]) +
+                     'exclude:\n  - {algorithms: "direct(layout=NHWC)"}\n')
+
+
 def test_budgets_change_point_identity() -> None:
     a = expand(parse_config(tiny_sweep()))[0]
     b = expand(parse_config(tiny_sweep().replace("epochs: 1", "epochs: 2", 1)))[0]

@@ -25,7 +25,8 @@ consumes the conv inside its function.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from tvm import s_tir, tirx
@@ -107,6 +108,24 @@ def tile_for(spec: ConvSpec) -> RegisterTile:
                        share_input=not cut.depthwise)
 
 
+#: (schedule, loop, the minimal schedule's inner factor, the largest inner factor worth
+#: trying) -> the loop's split factors. Unset: the minimal schedule's tile. The tuning
+#: layer's vector-layout space (`dlas.tuning.metaschedule.vector_space`) sets one that
+#: samples the factors, so MetaSchedule searches tile shapes around the micro-kernel.
+TileSampler = Callable[[s_tir.Schedule, LoopRV, int, int], list]
+TILE_SAMPLER: ContextVar[TileSampler | None] = ContextVar("dlas_tile_sampler", default=None)
+
+
+def tile_split(sch: s_tir.Schedule, loop: LoopRV, inner: int, limit: int
+               ) -> tuple[LoopRV, LoopRV]:
+    """Split `loop` into (outer, inner) with inner factor `inner`, or as `TILE_SAMPLER`
+    samples it (at most `limit`)."""
+    sampler = TILE_SAMPLER.get()
+    factors = [None, inner] if sampler is None else sampler(sch, loop, inner, limit)
+    outer, inner_loop = sch.split(loop, factors=factors)
+    return outer, inner_loop
+
+
 @dataclass
 class OutputLoops:
     """The loops of a vector-layout output block, named by what they index."""
@@ -155,8 +174,8 @@ def schedule_register_tile(
     if fuse_reduction and len(reduction) > 1:
         reduction = [sch.fuse(*reduction)]
     taps = [reduction[i] for i in unroll if i < len(reduction)]
-    oc_outer, oc_inner = sch.split(loops.oc, factors=[None, tile.oc_inner])
-    x_outer, cols = sch.split(loops.x, factors=[None, tile.cols])
+    oc_outer, oc_inner = tile_split(sch, loops.oc, tile.oc_inner, MAX_OC_INNER * 2)
+    x_outer, cols = tile_split(sch, loops.x, tile.cols, MAX_COLS * 2)
     sch.reorder(loops.n, oc_outer, loops.y, x_outer, *reduction, oc_inner, cols, loops.lane)
     sch.parallel(sch.fuse(loops.n, oc_outer, loops.y))
     vectorize_lane(sch, loops.lane)

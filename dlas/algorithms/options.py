@@ -27,6 +27,20 @@ if TYPE_CHECKING:
     from dlas.algorithms.base import ConvAlgorithm
 
 
+def vector_layouts_need_a_cpu(point: Any) -> str | None:
+    """NHWC and NCHWc have CPU schedules (SIMD registers) only; a GPU keeps NCHW."""
+    layout = getattr(point.algorithms.params, "layout", "NCHW")
+    if layout == "NCHW":
+        return None
+    from dlas.targets.resolve import resolve_target
+
+    spec = resolve_target(point)
+    if spec.tvm_target.get("kind") != "llvm":
+        return (f"layout {layout} has CPU schedules only; target '{spec.name}' is "
+                f"{spec.tvm_target.get('kind')} (use layout: NCHW there)")
+    return None
+
+
 class LayoutParams(BaseModel):
     """The activation layout a dense algorithm computes in (layer 4's data format)."""
 
@@ -67,9 +81,11 @@ def needs_sparse_weights(point: Any) -> str | None:
 
 
 @register("algorithms", "direct", tags={"dense"}, params=LayoutParams,
-          description="direct convolution: sliding window over NCHW, no data reshaping; every "
-                      "conv kind. Minimal schedule: batch x out-channels in parallel, output "
-                      "width vectorized")
+          constraints=[vector_layouts_need_a_cpu],
+          description="direct convolution: sliding window over the input, no data "
+                      "reshaping; every conv kind. NCHW schedule: batch x out-channels in "
+                      "parallel, output width vectorized. NHWC/NCHWc: register tiles of "
+                      "channel vectors x columns (the micro-kernel), epilogue fused")
 def direct(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.direct import DirectConv
 
@@ -77,9 +93,11 @@ def direct(params: LayoutParams) -> ConvAlgorithm:
 
 
 @register("algorithms", "gemm", tags={"dense"}, params=LayoutParams,
+          constraints=[vector_layouts_need_a_cpu],
           description="GEMM: im2col of the input, then (O, Cg*KH*KW) weight x im2col matrix "
-                      "per group; every conv kind. Minimal schedule: im2col and product "
-                      "parallel, pixel loop vectorized")
+                      "per group; every conv kind. NCHW schedule: im2col and product "
+                      "parallel, pixel loop vectorized. NHWC/NCHWc: im2col rows contiguous "
+                      "in K, product register-tiled against the packed weight")
 def gemm(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.gemm import GemmConv
 
@@ -87,24 +105,29 @@ def gemm(params: LayoutParams) -> ConvAlgorithm:
 
 
 @register("algorithms", "spatial_pack", tags={"dense"}, params=LayoutParams,
-          description="spatial pack: input tiled (2x8 pixels, halo included), weights packed "
-                      "16 out-channels innermost at compile time, output unpacked to NCHW. "
-                      "Grouped/depthwise convs have no packed form: computed with 'direct' "
-                      "(recorded per conv)")
+          constraints=[vector_layouts_need_a_cpu],
+          description="spatial pack: input tiled (NCHW 2x8 pixels, halo included), weights "
+                      "packed output channels innermost at compile time, output unpacked to "
+                      "the layout; NHWC/NCHWc tiles (2 rows x columns x channel vectors) "
+                      "held in registers. Grouped/depthwise convs have no packed form: "
+                      "computed with 'direct' (recorded per conv)")
 def spatial_pack(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.spatial_pack import SpatialPackConv
 
     return SpatialPackConv(layout=params.layout, block=params.block)
 
 
-@register("algorithms", "direct_csr", tags={"csr"}, constraints=[needs_sparse_weights],
+@register("algorithms", "direct_csr", tags={"csr"}, params=LayoutParams,
+          constraints=[needs_sparse_weights, vector_layouts_need_a_cpu],
           description="direct convolution over a CSR weight (data/indices/indptr built at "
                       "compile time); the loop over a filter's non-zeros is data-dependent, so "
-                      "zeros cost nothing; every conv kind")
-def direct_csr(params: NoParams) -> ConvAlgorithm:
+                      "zeros cost nothing; every conv kind. NHWC/NCHWc: block-CSR rows of "
+                      "one output-channel vector (a column is skipped when the whole vector "
+                      "is pruned), each stored vector feeding a register tile of columns")
+def direct_csr(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.direct import DirectCSRConv
 
-    return DirectCSRConv()
+    return DirectCSRConv(layout=params.layout, block=params.block)
 
 
 @register("algorithms", "gemm_csr", tags={"csr"}, constraints=[needs_sparse_weights],

@@ -429,7 +429,7 @@ def compile_model(
         hook_scheduled=sorted(hooked),
         phases={name: trace.phases[name] for name in PHASES if name in trace.phases},
         folded=trace.fold.as_dict(),
-        layout=trace.layout.as_dict(),
+        layout={} if trace.layout.layout == "NCHW" else trace.layout.as_dict(),
     )
     report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))

@@ -36,7 +36,7 @@ _OP_WORDS = (
     ("dense", ("matmul", "dense")),
     ("pool", ("pool", "mean")),
     ("layout", ("reshape", "transpose", "layout_transform", "flatten", "squeeze",
-                "concatenate", "split", "strided_slice", "permute")),
+                "concatenate", "split", "strided_slice", "permute", "reorder")),
     ("elementwise", ("add", "relu", "multiply", "subtract", "divide", "clip", "sigmoid",
                      "tanh", "exp", "cast", "quantize", "minimum", "maximum", "sqrt",
                      "softmax")),

@@ -33,6 +33,9 @@ class LayerTime(BaseModel):
     padding: list[int] | None = None
     groups: int | None = None
     dtype: str | None = None
+    #: A conv's activation layout (its output's: NCHW, NHWC, NCHW16c, ...), layer 4's
+    #: data format; NCHWc shapes count the padded channels the kernel computes.
+    layout: str | None = None
     #: The conv algorithm that computed it ("tvm-default": TVM's own lowering, where the
     #: chosen algorithm could not); None for non-conv layers and baselines.
     algorithm: str | None = None

@@ -182,6 +182,7 @@ def layer_of(index: int, call: KernelCall, info: KernelInfo, conv: Any,
         layer.out_shape = list(spec.out_shape)
         layer.strides, layer.padding = list(spec.strides), list(spec.padding)
         layer.groups, layer.dtype, layer.macs = spec.groups, spec.data_dtype, spec.macs
+        layer.layout = spec.out_layout
         # a sparse kernel computes only the non-zeros; a dense one every weight
         layer.flops = (2.0 * layer.nnz * n * oh * ow if info.dynamic and layer.nnz is not None
                        else 2.0 * spec.macs)

@@ -126,6 +126,12 @@ class ResultRow(BaseModel):
     tasks_tuned: int | None = None
     tasks_reused: int | None = None
     tuning_report: dict[str, Any] | None = None
+    #: The activation layout the model ran in (NCHW, NHWC, NCHW16c, ...): layer 4's
+    #: data format, set by the algorithm's `layout` and the target's SIMD width.
+    layout: str | None = None
+    #: What keeping that layout took: convs in it, convs kept NCHW, reorders and where
+    #: (`dlas.compiler.layout.LayoutReport`).
+    layout_report: dict[str, Any] | None = None
 
     # -- the model ---------------------------------------------------------------------
     params: int | None = None

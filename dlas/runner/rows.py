@@ -63,7 +63,9 @@ def compile_columns(compiled: CompileFacts) -> dict[str, Any]:
     """Compile and tuning time, and what tuning did: trials measured, tasks tuned vs
     reused from the target's database, and the per-task report."""
     columns: dict[str, Any] = {"compile_s": compiled.compile_s, "tuning_s": compiled.tuning_s,
-                               "compile_phases": compiled.phases}
+                               "compile_phases": compiled.phases,
+                               "layout": compiled.layout.get("layout", "NCHW"),
+                               "layout_report": compiled.layout or None}
     tuning = compiled.tuning
     if tuning:
         columns.update(tuning_trials=tuning["trials"], tasks_tuned=tuning["tuned"],

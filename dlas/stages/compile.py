@@ -67,7 +67,7 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
             # where a point's compile time goes; import is its stage's (shared by the
             # point's variants: torch.export, Relax frontend, reference outputs)
             phases={"import": imported.facts.seconds, **result.phases},
-            folded=result.folded)
+            folded=result.folded, layout=result.layout)
 
     def load(self, path: Path, facts: CompileFacts) -> CompiledLibrary:
         return CompiledLibrary(path / facts.executable, facts)

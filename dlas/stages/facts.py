@@ -96,6 +96,8 @@ class CompileFacts(Facts):
     #: Seconds per compile phase; `import` is the (shared) import stage's.
     phases: dict[str, float | None] = Field(default_factory=dict)
     folded: dict[str, Any] = Field(default_factory=dict)
+    #: The activation layout (`dlas.compiler.layout.LayoutReport`); empty: NCHW.
+    layout: dict[str, Any] = Field(default_factory=dict)
 
 
 class Agreement(BaseModel):

@@ -121,7 +121,8 @@ class SweepConfig(BaseModel):
         default_factory=lambda: [OptionSpec(name=n) for n in LAYER_DEFAULTS["targets"]]
     )
     budgets: Budgets = Field(default_factory=Budgets)
-    #: Each rule maps layers to option names; a point matching every entry is excluded.
+    #: Each rule maps layers to option names or labels (`direct(layout=NCHWc)`: one
+    #: parameter setting); a point matching every entry is excluded.
     exclude: list[dict[str, str | list[str]]] = Field(default_factory=list)
 
     _coerce = field_validator(*registry.LAYERS, mode="before")(_as_spec_list)

@@ -85,11 +85,7 @@ class Choice:
 
     @property
     def label(self) -> str:
-        set_params = self.params.model_dump(mode="json", exclude_defaults=True)
-        if not set_params:
-            return self.option.name
-        inner = ",".join(f"{k}={v}" for k, v in sorted(set_params.items()))
-        return f"{self.option.name}({inner})"
+        return registry.choice_label(self.option.name, self.params)
 
 
 @dataclass
@@ -178,9 +174,12 @@ class LayerView(Point):
 
 
 def _matches(rule: dict[str, str | list[str]], choices: dict[str, Choice]) -> bool:
+    """A rule entry names an option (any of its parameter settings) or one setting by its
+    label, as the results show it: `direct(layout=NCHWc)`."""
     for layer, names in rule.items():
         allowed = [names] if isinstance(names, str) else names
-        if choices[layer].name not in allowed:
+        choice = choices[layer]
+        if choice.name not in allowed and choice.label not in allowed:
             return False
     return True
 

@@ -216,15 +216,31 @@ def exclude_rules(config: SweepConfig, where: Where) -> list[str]:
                                 "options, so it can match no point: name at least one or "
                                 "delete the rule")
             valid = {s.name for s in config.options(layer)}
+            labels = _labels(config, layer)
             for name in names:
-                if name not in valid:
+                if name not in valid and name not in labels:
                     problems.append(f"{where(loc)}: exclude rule names {layer} '{name}', "
                                     "which this sweep does not use (it uses: "
-                                    f"{', '.join(sorted(valid))})")
+                                    f"{', '.join(sorted(valid | labels))})")
     return problems
 
 
+def _labels(config: SweepConfig, layer: str) -> set[str]:
+    """The labels of a layer's choices (`direct(layout=NCHWc)`), which an exclude rule may
+    name instead of an option; choices whose parameters do not parse have none."""
+    out = set()
+    for spec in config.options(layer):
+        try:
+            option = registry.get(layer, spec.name)
+            out.add(registry.choice_label(spec.name, option.parse_params(spec.params)))
+        except Exception:  # noqa: BLE001 - reported by the option checks
+            continue
+    return out
+
+
 def _rule_matches(rule: dict[str, str | list[str]], combo: dict[str, str]) -> bool:
+    """On option names only: an entry naming a label (one parameter setting) matches
+    less than its option, so it is counted as matching nothing here."""
     return all(combo[layer] in ([n] if isinstance(n, str) else n) for layer, n in rule.items())
 
 

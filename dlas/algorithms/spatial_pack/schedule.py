@@ -22,7 +22,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ...tir.conv_spec import REGISTER_TILE_ATTR
 from ..base import ConvSpec
-from ..microkernel import output_loops, unroll_tile, vectorize_lane
+from ..microkernel import output_loops, tile_split, unroll_tile, vectorize_lane
 from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
@@ -83,7 +83,7 @@ def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: Con
         sch.compute_inline(pad)
     parallelize_rows(sch, data_vec, 2, spec.data_dtype)  # (n, tile row)
     loops = output_loops(sch, block, spec)
-    oc_outer, oc_inner = sch.split(loops.oc, factors=[None, t.oc_inner])
+    oc_outer, oc_inner = tile_split(sch, loops.oc, t.oc_inner, 2 * t.oc_inner)
     y_outer, y_inner = sch.split(loops.y, factors=[None, t.vh])
     x_outer, x_inner = sch.split(loops.x, factors=[None, t.vw])
     sch.reorder(loops.n, oc_outer, y_outer, x_outer, oc_inner, y_inner, x_inner, loops.lane)

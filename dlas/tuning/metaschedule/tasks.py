@@ -46,6 +46,16 @@ class Task:
         return any(const_extent(sch, loop) is None
                    for block in _all_blocks(sch) for loop in sch.get_loops(block))
 
+    @property
+    def kind(self) -> str:
+        """The search space it needs: "sparse" (CSR kernels), "vector" (a conv in NHWC or
+        NCHWc: the micro-kernel's space), "dense" (MetaSchedule's own)."""
+        if self.has_dynamic_loops:
+            return "sparse"
+        if any(not spec.is_nchw for spec in conv_specs(self.mod)):
+            return "vector"
+        return "dense"
+
     def index_constants(self) -> dict[int, np.ndarray]:
         """The constants a candidate must be timed with: all of them when the task reads
         integer arrays (CSR indices), none otherwise (values do not change dense timing)."""

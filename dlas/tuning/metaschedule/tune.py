@@ -54,6 +54,7 @@ from dlas.tuning.metaschedule.transfer import (
     source_structures,
     structure_key,
 )
+from dlas.tuning.metaschedule.vector_space import vector_space
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class TuningSettings:
 @dataclass
 class TaskReport:
     task: str
-    kind: str  # "dense" or "sparse"
+    kind: str  # "dense", "vector" (a dense conv in NHWC/NCHWc) or "sparse"
     #: "tuned" (searched at this point), "reused" (tuned by an earlier point),
     #: "transferred" (no search trials for the workload, but schedules of other tuned
     #: workloads were replayed and measured on it: at this point, or by an earlier one
@@ -222,7 +223,7 @@ class MetaScheduleHook:
         tasks = sorted(extract(mod, target), key=lambda t: -_flops(t) * t.weight)
         eligible: list[tuple[int, Task, str]] = []
         for i, task in enumerate(tasks, 1):
-            kind = "sparse" if task.has_dynamic_loops else "dense"
+            kind = task.kind
             if self.settings.only_convs and not task.algorithms:
                 self.report.tasks.append(TaskReport(
                     task.name, kind, "untuned", note="not a conv (tasks: convs)"))
@@ -379,6 +380,8 @@ class MetaScheduleHook:
             return self.space_for(task)
         if kind == "sparse":
             return csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
+        if kind == "vector":
+            return vector_space(_schedulers(task.algorithms), target, _vector_bits(target))
         return "post-order-apply"
 
     def _session_plan(self, jobs: list[_Job]) -> _SessionPlan:
