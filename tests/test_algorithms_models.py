@@ -28,7 +28,8 @@ from dlas.targets.host import host_target
 ALGORITHMS = ["direct", "gemm", "spatial_pack", "direct_csr", "gemm_csr", "spatial_pack_csr"]
 #: (algorithm, layout): every algorithm in NCHW, the dense ones in the vector layouts too.
 VARIANTS = [(a, "NCHW") for a in ALGORITHMS] + [
-    (a, layout) for a in ("direct", "gemm", "spatial_pack") for layout in ("NHWC", "NCHWc")]
+    (a, layout) for a in ("direct", "gemm", "spatial_pack", "direct_csr")
+    for layout in ("NHWC", "NCHWc")]
 
 pytestmark = pytest.mark.slow
 

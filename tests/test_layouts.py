@@ -174,6 +174,41 @@ def test_random_convs_match_pytorch(path: str, name: str, case: str) -> None:
             raise AssertionError(f"{name} {case} {path}: {conv}\n{err}") from None
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("case", ["NCHWc", "NHWC", "NCHW->NCHWc"])
+def test_random_sparse_convs_in_vector_csr(path: str, case: str) -> None:
+    """direct_csr's block-CSR form: random sparsity (50-99%, and a fully pruned first
+    block row), so rows of every length occur, columns whole vectors pruned are skipped."""
+    simd, block = PATHS[path]
+    rng = np.random.default_rng(11)
+    for i, conv in enumerate(CONVS):
+        spec = laid_out(conv, *layouts_of(case, block, conv))
+        x, w = operands(conv, spec, seed=i)
+        w[rng.random(w.shape) < rng.uniform(0.5, 0.99)] = 0
+        w[:block] = 0
+        with forced_simd(simd.bits, simd.registers):
+            got = run_conv("direct_csr", spec, x, w)
+        try:
+            compare(conv, spec, got, reference(conv, spec, x, w))
+        except AssertionError as err:
+            raise AssertionError(f"direct_csr {case} {path}: {conv}\n{err}") from None
+
+
+def test_block_csr_skips_columns_the_whole_vector_pruned() -> None:
+    from dlas.algorithms.csr import block_csr_from_weight, csr_to_dense
+
+    w = np.zeros((16, 4, 3, 3), "float32")
+    w[3, 1, 2, 0] = 1.0  # block 0: one column
+    w[9, 0, 0, 0] = w[12, 0, 0, 0] = 2.0  # block 1: one column, two lanes
+    arrays = block_csr_from_weight(w, 8)
+    assert arrays["csr_data"].shape == (2, 8)
+    assert list(arrays["csr_indptr"]) == [0, 1, 2]
+    assert list(arrays["csr_indices"]) == [1 * 9 + 2 * 3 + 0, 0]
+    np.testing.assert_array_equal(csr_to_dense(arrays, w.shape), w)
+    empty = block_csr_from_weight(np.zeros((8, 2, 1, 1), "float32"), 8)
+    assert list(empty["csr_indptr"]) == [0, 1]  # a stored zero keeps the row non-empty
+
+
 @pytest.mark.parametrize("name", DENSE)
 @pytest.mark.parametrize("dtypes", [("float16", "float16", "float16"),
                                     ("float16", "float16", "float32"),
@@ -322,3 +357,18 @@ def test_full_table_in_nchwc(name: str, index: int) -> None:
     spec = laid_out(conv, *layouts_of("NCHWc", block, conv))
     x, w = operands(conv, spec, seed=index)
     compare(conv, spec, run_conv(name, spec, x, w), reference(conv, spec, x, w))
+
+
+def test_vector_layouts_are_not_runnable_on_a_gpu_target() -> None:
+    from dlas.sweep.config import parse_config
+    from dlas.sweep.grid import expand
+
+    from .conftest import tiny_sweep
+
+    text = tiny_sweep(algorithms=["direct", "{name: direct, params: {layout: NCHWc}}"]) \
+        .replace("targets: [host]", "targets: [host, {name: cuda, params: {arch: sm_90}}]")
+    blocked = {(p.algorithms.label, p.targets.name): p.blocked for p in
+               expand(parse_config(text))}
+    assert blocked[("direct(layout=NCHWc)", "host")] is None
+    assert "CPU schedules only" in blocked[("direct(layout=NCHWc)", "cuda")]
+    assert "CPU schedules only" not in (blocked[("direct", "cuda")] or "")

@@ -127,9 +127,9 @@ def pad_stored(data: te.Tensor, layout: DataLayout, padding: tuple[int, int, int
     return te.compute(tuple(shape), fpad, name=PAD_NAME)
 
 
-def read_input(padded: te.Tensor, spec: ConvSpec, chunk: tirx.Expr, lane: tirx.Expr,
-               n: tirx.Expr, h: tirx.Expr, w: tirx.Expr) -> tirx.Expr:
-    """The (padded) input element of channel `chunk * chunk + lane` at row h, column w.
+def input_index(spec: ConvSpec, chunk: tirx.Expr, lane: tirx.Expr, n: tirx.Expr,
+                h: tirx.Expr, w: tirx.Expr) -> tuple[tirx.Expr, ...]:
+    """Stored index of input channel `chunk * chunk + lane` at row h, column w.
 
     Plain convs chunk by the layout's runs (`Blocking.in_chunk`); depthwise convs by the
     output vector block, so one lane reads its own channel.
@@ -137,8 +137,14 @@ def read_input(padded: te.Tensor, spec: ConvSpec, chunk: tirx.Expr, lane: tirx.E
     layout = spec.data_layout_
     cut = blocking_of(spec)
     if cut.depthwise and layout.kind == "NHWC":
-        return padded[n, h, w, chunk * cut.out_block + lane]
-    return padded[layout.chunk_index(n, chunk, lane, h, w)]
+        return n, h, w, chunk * cut.out_block + lane
+    return layout.chunk_index(n, chunk, lane, h, w)
+
+
+def read_input(padded: te.Tensor, spec: ConvSpec, chunk: tirx.Expr, lane: tirx.Expr,
+               n: tirx.Expr, h: tirx.Expr, w: tirx.Expr) -> tirx.Expr:
+    """The (padded) input element `input_index` names."""
+    return padded[input_index(spec, chunk, lane, n, h, w)]
 
 
 #: (n, output-channel chunk, lane, row, column) -> the output element's value.

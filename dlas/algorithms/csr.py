@@ -34,15 +34,35 @@ def csr_from_weight(weight: np.ndarray) -> dict[str, np.ndarray]:
     return {DATA: data, INDICES: indices, INDPTR: indptr}
 
 
+def block_csr_from_weight(weight: np.ndarray, block: int) -> dict[str, np.ndarray]:
+    """CSR over vectors of `block` output channels (the vector layouts' form).
+
+    Rows are blocks of `block` consecutive output channels of the (O, rest) matrix; a row
+    stores every column where any of its channels has a non-zero, as a vector of `block`
+    weights (zeros included): `csr_data` is (nnz, block). A kernel then does one vector
+    FMA per stored column and output pixel, as the dense micro-kernel does, and skips
+    columns the whole block pruned. The same keep-every-row-non-empty rule applies.
+    """
+    matrix = weight.reshape(weight.shape[0], -1)
+    rows = matrix.shape[0] // block
+    blocks = matrix.reshape(rows, block, matrix.shape[1]).transpose(0, 2, 1)  # (R, K, b)
+    mask = (blocks != 0).any(axis=2)
+    mask[~mask.any(axis=1), 0] = True
+    indptr = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int32)
+    indices = np.nonzero(mask)[1].astype(np.int32)
+    return {DATA: np.ascontiguousarray(blocks[mask]), INDICES: indices, INDPTR: indptr}
+
+
 def csr_to_dense(arrays: dict[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
     """The weight back from its CSR arrays (for tests and debugging)."""
-    rows = shape[0]
-    matrix = np.zeros((rows, int(np.prod(shape[1:]))), dtype=arrays[DATA].dtype)
+    data = arrays[DATA]
+    block = data.shape[1] if data.ndim == 2 else 1  # block-CSR: one row per `block` channels
     indptr = arrays[INDPTR]
-    for r in range(rows):
+    matrix = np.zeros((shape[0] // block, int(np.prod(shape[1:])), block), dtype=data.dtype)
+    for r in range(len(indptr) - 1):
         lo, hi = indptr[r], indptr[r + 1]
-        matrix[r, arrays[INDICES][lo:hi]] = arrays[DATA][lo:hi]
-    return matrix.reshape(shape)
+        matrix[r, arrays[INDICES][lo:hi]] = data[lo:hi].reshape(hi - lo, block)
+    return matrix.transpose(0, 2, 1).reshape(shape)
 
 
 class CSRFormat:

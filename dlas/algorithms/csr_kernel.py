@@ -46,6 +46,10 @@ class CSRRowLayout:
     over a row's non-zeros, `pixels` those inside it, each as loop name -> extent (the
     names, like the input buffer's, only make the printed IR readable). `index` maps
     an output position and weight column to the input element (see `InputIndex`).
+
+    `lanes` > 0 makes it block-CSR over output-channel vectors (the vector layouts): a
+    row is `lanes` output channels, each stored entry a vector of `lanes` weights
+    (`val` is (nnz, lanes)), and the last pixel loop is the lane, which picks the weight.
     """
 
     row_name: str
@@ -54,6 +58,7 @@ class CSRRowLayout:
     tiles: Mapping[str, int]
     pixels: Mapping[str, int]
     index: InputIndex
+    lanes: int = 0
 
 
 def csr_row_kernel(layout: CSRRowLayout, out_shape: tuple[int, int], acc: str,
@@ -82,8 +87,9 @@ def csr_row_kernel(layout: CSRRowLayout, out_shape: tuple[int, int], acc: str,
         with T.grid(n_, o_) as (n, oc), T.sblock(layout.row_name):
             IRBuilder.name_many(["n", "oc"], [n, oc])
             vn, vo = IRBuilder.name_many(["vn", "vo"], T.axis.remap("SS", [n, oc]))
+            vals = values[0:nnz, 0:layout.lanes] if layout.lanes else values[0:nnz]
             T.reads(data[(vn, *(slice(0, int(d)) for d in inp.shape[1:]))],
-                    values[0:nnz], columns[0:nnz], rows[vo:vo + 2])
+                    vals, columns[0:nnz], rows[vo:vo + 2])
             T.writes(out[(vn, vo, *(slice(0, d) for d in rest))])
             _row_update(layout, acc, data, values, columns, rows, out, vn, vo)
     return builder.get()
@@ -107,5 +113,5 @@ def _row_update(layout: CSRRowLayout, acc: str, data: tirx.Buffer, values: tirx.
             T.buffer_store(out, T.cast(0, acc), at)
         k = columns[rows[vo] + vj]
         element = data[layout.index(vn, vo, k, tiles, pixels)]
-        T.buffer_store(out, out[at] + T.cast(values[rows[vo] + vj], acc) * T.cast(element, acc),
-                       at)
+        value = values[rows[vo] + vj, pixels[-1]] if layout.lanes else values[rows[vo] + vj]
+        T.buffer_store(out, out[at] + T.cast(value, acc) * T.cast(element, acc), at)

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
-from ..blocked import PACKED_WEIGHT, VectorLayouts
-from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from .compute import conv2d_nchw_direct, conv2d_nchw_direct_csr, conv2d_vector_direct
-from .schedule import schedule_direct, schedule_direct_csr, schedule_direct_vector
+from ..blocked import PACKED_WEIGHT, VectorLayouts, blocking_of, vector_layout_reason
+from ..csr import DATA, INDICES, INDPTR, CSRFormat, block_csr_from_weight
+from .compute import (
+    conv2d_nchw_direct,
+    conv2d_nchw_direct_csr,
+    conv2d_vector_direct,
+    conv2d_vector_direct_csr,
+    pack_columns,
+)
+from .schedule import (
+    schedule_direct,
+    schedule_direct_csr,
+    schedule_direct_vector,
+    schedule_direct_vector_csr,
+)
 
 
 class DirectConv(VectorLayouts, ConvAlgorithm):
@@ -46,17 +58,39 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
 
 
 class DirectCSRConv(CSRFormat, ConvAlgorithm):
-    """Direct convolution over a CSR weight: every conv kind, zeros skipped."""
+    """Direct convolution over a CSR weight: every conv kind in NCHW, zeros skipped; plain
+    and depthwise convs in NHWC/NCHWc over block-CSR (rows of one output-channel vector,
+    columns the whole vector pruned skipped)."""
 
     name = "direct_csr"
+    layouts = VectorLayouts.layouts
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if not spec.is_nchw:
+            reason = vector_layout_reason(spec)
+            if reason is not None:
+                return reason
+        return super().unsupported_reason(spec)
+
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray]:
+        if spec.is_nchw or weight_value is None:
+            return super().weight_constants(spec, weight_value)
+        arrays = block_csr_from_weight(weight_value, blocking_of(spec).out_block)
+        arrays[INDICES] = pack_columns(spec, arrays[INDICES])
+        return arrays
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
-        return conv2d_nchw_direct_csr(data, weights[DATA], weights[INDICES], weights[INDPTR],
-                                      spec)
+        args = (weights[DATA], weights[INDICES], weights[INDPTR], spec)
+        if not spec.is_nchw:
+            return conv2d_vector_direct_csr(data, *args)
+        return conv2d_nchw_direct_csr(data, *args)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if not spec.is_nchw:
+            return schedule_direct_vector_csr(sch, block, spec)
         return schedule_direct_csr(sch, block, spec)
 
 

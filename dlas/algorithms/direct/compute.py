@@ -13,12 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from tvm import te, tirx
 
+from ...tir.schedule_helpers import target_simd
 from ..base import ConvSpec
-from ..blocked import blocking_of, pad_stored, read_input, stored_output
+from ..blocked import blocking_of, input_index, pad_stored, read_input, stored_output
 from ..common import extern_stage, in_channel, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
+from ..microkernel import choose_tile, vectors_per_block
 
 #: Name of the conv output stage.
 CONV_NAME = "conv2d_nchw_direct"
@@ -124,3 +127,90 @@ def conv2d_vector_direct(data: te.Tensor, packed: te.Tensor, spec: ConvSpec) -> 
                       axis=[rc, ry, rx, ri])
 
     return stored_output(spec, fconv, VECTOR_CONV_NAME)
+
+
+#: Names of the vector-layout direct CSR kernel's blocks and its output stage.
+VECTOR_CSR_ROW_NAME = "conv2d_direct_vector_csr"
+VECTOR_CSR_UPDATE_NAME = "conv2d_direct_vector_csr_update"
+VECTOR_CSR_OUT_NAME = "conv2d_direct_vector_csr_out"
+
+
+def vector_csr_columns(spec: ConvSpec) -> int:
+    """Output columns a vector CSR row computes per stored weight vector (the register
+    tile's columns: loaded once, used for that many FMAs)."""
+    cut = blocking_of(spec)
+    simd = target_simd()
+    vectors = vectors_per_block(cut.out_block, spec.out_dtype, simd)
+    return choose_tile(1, spec.out_shape[3], vectors, simd).cols
+
+
+#: Bits per field of a vector CSR column (`pack_columns`): lane, kernel column, kernel
+#: row, then the input-channel chunk in the rest.
+COLUMN_FIELD_BITS = 6
+
+
+def pack_columns(spec: ConvSpec, columns: np.ndarray) -> np.ndarray:
+    """Weight-matrix columns k = (c, ky, kx) recoded as bit fields (chunk | ky | kx | lane
+    of input channel c, 6 bits each but the chunk), so the kernel decodes a stored column
+    with shifts and masks: the divisions by KH*KW, KW and the chunk size cost more than
+    the eight FMAs each stored vector feeds."""
+    kh, kw = spec.kernel_size
+    cut = blocking_of(spec)
+    limit = 1 << COLUMN_FIELD_BITS
+    if max(kh, kw, cut.in_chunk) > limit:
+        raise ValueError(f"vector CSR packs kernel taps and channel runs into "
+                         f"{COLUMN_FIELD_BITS} bits: {spec}")
+    k = columns.astype(np.int64)
+    c, ky, kx = k // (kh * kw), (k // kw) % kh, k % kw
+    bits = COLUMN_FIELD_BITS
+    packed = ((((c // cut.in_chunk) << bits | ky) << bits | kx) << bits) | (c % cut.in_chunk)
+    if packed.max(initial=0) >= 2**31:
+        raise ValueError(f"too many input channels for vector CSR's column fields: {spec}")
+    return packed.astype(np.int32)
+
+
+def _field(k: tirx.Expr, index: int) -> tirx.Expr:
+    """Field `index` (0 = lane, 1 = kx, 2 = ky, 3 = chunk) of a packed column."""
+    shifted = tirx.shift_right(k, tirx.const(COLUMN_FIELD_BITS * index, "int32")) \
+        if index else k
+    if index == 3:
+        return shifted
+    return tirx.bitwise_and(shifted, tirx.const((1 << COLUMN_FIELD_BITS) - 1, "int32"))
+
+
+def conv2d_vector_direct_csr(data: te.Tensor, val: te.Tensor, col: te.Tensor,
+                             ptr: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """The direct conv in a vector layout over a block-CSR weight
+    (`csr.block_csr_from_weight`: rows of `out_block` output channels, each stored column a
+    weight vector). Per row (n, oc), per output row y and tile of columns, the loop over
+    the row's stored columns (c, ky, kx) runs outside the tile's columns and lanes:
+
+        out[n, oc, y, x, lane] = sum_j val[ptr[oc] + j, lane]
+                                 * in[n, c(k), y*sh + ky(k)*dh, x*sw + kx(k)*dw]
+    """
+    cut = blocking_of(spec)
+    _, _, oh, ow = spec.out_shape
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    cols = vector_csr_columns(spec)
+    padded = pad_stored(data, spec.data_layout_, spec.padding)
+
+    def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        (vy, vxo), (vxi, vlane) = tiles, pixels
+        h = vy * sh + _field(k, 2) * dh
+        w = (vxo * cols + vxi) * sw + _field(k, 1) * dw
+        if cut.depthwise:  # one input channel per lane: the row's own
+            return input_index(spec, vo, vlane, vn, h, w)
+        return input_index(spec, _field(k, 3), _field(k, 0), vn, h, w)
+
+    layout = CSRRowLayout(VECTOR_CSR_ROW_NAME, VECTOR_CSR_UPDATE_NAME, input_name="Data",
+                          tiles={"y": oh, "xo": ow // cols},
+                          pixels={"xi": cols, "lane": cut.out_block}, index=index,
+                          lanes=cut.out_block)
+    rows = extern_stage([padded, val, col, ptr],
+                        csr_row_kernel(layout, (spec.batch, cut.out_blocks), spec.out_dtype,
+                                       padded, val, col, ptr))
+    return stored_output(
+        spec, lambda n, oc, lane, y, x: rows[n, oc, y, x // cols, x % cols, lane],
+        VECTOR_CSR_OUT_NAME)

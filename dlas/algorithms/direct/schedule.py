@@ -28,8 +28,9 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvSpec
 from ..blocked import blocking_of
-from ..microkernel import schedule_register_tile, tile_for
+from ..microkernel import schedule_register_tile, tile_for, unroll_tile, vectorize_lane
 from ..schedule_util import (
+    csr_update_loops,
     parallel_outer,
     parallelize_padding,
     parallelize_producers,
@@ -70,3 +71,30 @@ def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec)
     parallelize_padding(sch, block, spec.data_layout_.spatial_axes[1], spec.data_dtype)
     return schedule_register_tile(sch, block, spec, tile_for(spec),
                                   unroll=(0, 1) if depthwise else ())
+
+
+def schedule_direct_vector_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec
+                               ) -> LoopRV:
+    """Schedule the vector-layout direct CSR conv whose output stage is `block`.
+
+    Rows (batch, output-channel vector) run in parallel; in a row, per output row and
+    tile of columns, the loop over the row's stored weight vectors is outside the tile's
+    columns (unrolled) and lanes (vectorized), so each stored vector feeds a column's
+    worth of FMAs and the tile stays in registers across the loop. The output stage (and
+    after it the epilogue) runs at the row loop."""
+    (row,) = sch.get_producers(block)
+    outer = parallel_outer(sch, sch.get_loops(row))
+    update, loops, j = csr_update_loops(sch, row)
+    writeback = sch.cache_write(update, 0, "local")  # the tile's accumulators
+    loops = sch.get_loops(update)
+    cols, lane = loops[j + 1:]
+    vectorize_lane(sch, lane)
+    sch.unroll(cols)
+    init = sch.decompose_reduction(update, loops[j])
+    vectorize_lane(sch, sch.get_loops(init)[-1])
+    sch.reverse_compute_at(writeback, loops[j - 1], preserve_unit_loops=True)
+    unroll_tile(sch, writeback, loops[j - 1])
+    parallelize_padding(sch, row, spec.data_layout_.spatial_axes[1], spec.data_dtype)
+    sch.reverse_compute_at(block, outer, preserve_unit_loops=True)
+    vectorize_lane(sch, sch.get_loops(block)[-1])
+    return outer
