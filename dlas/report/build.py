@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlas.report import figures
-from dlas.report.data import RUNTIME_NAMES, Point, latest_per_label, load_points
+from dlas.report.data import NCHW, RUNTIME_NAMES, Point, latest_per_label, load_points
 from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
 from dlas.report.observations import observations
@@ -30,11 +30,14 @@ from dlas.report.render import (
 )
 from dlas.report.speedup import averages, speedup_cells
 from dlas.report.tables import (
+    LayoutRow,
+    SpeedRow,
     accuracy_tables,
     baseline_comparison,
     compare_algorithm,
     compare_compression,
     compare_overall,
+    layout_tables,
     removed_fraction,
     short,
     speed_tables,
@@ -188,6 +191,23 @@ def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Pat
                                "pruning level (star = level used), and float16 / int8 accuracy"))
 
 
+def _has_layouts(points: Iterable[Point]) -> bool:
+    """Whether any result ran in a layout other than NCHW: only then do the sections say
+    anything about layouts (a sweep without them reads as it always did)."""
+    return any(p.layout != NCHW for p in points if p.is_result)
+
+
+def _beside_nchw(row: SpeedRow, shown: Point | None, *, time_shown: bool) -> str:
+    """What a speed cell adds when its fastest layout is not NCHW: its time (unless the
+    cell already shows it) and the NCHW time of the same compression and algorithm, the
+    paper's setting: ', 4.23 ms · NCHW 16.9 ms'."""
+    if shown is None or shown.layout == NCHW:
+        return ""
+    nchw = row.nchw_of(shown)
+    own = "" if time_shown else f", {fmt_ms(shown.latency_ms)}"
+    return f"{own} · NCHW {fmt_ms(nchw.latency_ms) if nchw else 'not measured'}"
+
+
 def _speed_section(doc: Document, points: list[Point], paper: Paper,
                    experiment: Experiment | None, out: Path, files: list[Path]) -> None:
     doc.add(Heading("Fastest algorithm and compression (Tables 3, 4 and 6)"))
@@ -212,10 +232,13 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
                                           pr.fastest_compression.get(f) if pr else None, paper)
                       for f in t.families]
             overall = compare_overall(r.overall, pr.overall if pr else None, paper)
-            for cmp in [*comps, overall]:
+            shown = [*(r.fastest_algorithm[c] for c in t.compressions),
+                     *(r.fastest_compression[f] for f in t.families), r.overall]
+            for cmp, point in zip([*comps, overall], shown, strict=True):
                 text = cmp.ours + (f" (paper {cmp.paper})" if cmp.paper else "")
                 if cmp is overall and r.overall is not None:
                     text += f", {fmt_time(r.overall)}"
+                text += _beside_nchw(r, point, time_shown=cmp is overall)
                 row.append(Cell(text, cmp.differs))
                 differ += cmp.differs
                 compared += cmp.same is not None
@@ -226,6 +249,11 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
                    "the fastest combination.")
         if compared:
             caption += f" {differ} of {compared} cells differ from the paper (≠)."
+        if any(p.layout != NCHW for r in t.rows for p in r.cells.values()):
+            caption += (" Each algorithm is taken at its fastest data layout; a cell whose "
+                        "layout is not NCHW names it, with its time and, beside it, the NCHW "
+                        "time of the same compression and algorithm (the paper ran NCHW "
+                        "only and is compared on the algorithm).")
         doc.add(Table(cols, rows, caption))
     doc.add(Heading("Inference time (Figures 4-7)"))
     for dataset, device in sorted({(p.dataset, p.device) for p in points if p.is_result}):
@@ -238,7 +266,48 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
                                "time at batch 1 per model, compression and algorithm; "
                                "whiskers span the interquartile range of the samples; "
                                "hatched bars use the CSR sparse format; a red outline marks "
-                               f"a point flagged noisy (numbers: figures/{png.stem}.csv)"))
+                               "a point flagged noisy"
+                               + ("; each algorithm at its fastest data layout, named on "
+                                  "bars not in NCHW" if _has_layouts(points) else "")
+                               + f" (numbers: figures/{png.stem}.csv)"))
+
+
+def _layout_cell(row: LayoutRow, layout: str) -> str:
+    p = row.layouts.get(layout)
+    return "-" if p is None else fmt_time(p) + _noisy(p)
+
+
+def _layout_speedup(row: LayoutRow) -> str:
+    """The fastest layout's speedup over NCHW, said to be a tie when its interval does
+    not exclude one (`LayoutRow.decided`)."""
+    speedup = row.speedup_over_nchw
+    if speedup is None:
+        return "no NCHW point"
+    if row.fastest.layout == NCHW:
+        return "1.00x (NCHW fastest)"
+    return f"{speedup:.2f}x" + ("" if row.decided() else " (a tie within noise)")
+
+
+def _layout_section(doc: Document, points: list[Point]) -> None:
+    """Layer 4's data formats: every layout an algorithm was measured in, its fastest and
+    what that bought over NCHW. Only for sweeps that ran layouts other than NCHW."""
+    tables = layout_tables(points)
+    if not tables:
+        return
+    doc.add(Heading("Data layouts"))
+    doc.add(Para("Per platform, tuning, model and compression, every algorithm run in a "
+                 "layout other than NCHW (the paper's): its time in each layout measured, "
+                 "its fastest layout, and that layout's speedup over NCHW. The tables "
+                 "above and the observations take each algorithm at its fastest layout."))
+    for t in tables:
+        rows: list[list[Cell | str]] = [
+            [r.group.label, r.model_label, short(r.compression), r.algorithm,
+             *(_layout_cell(r, lay) for lay in t.layouts), r.fastest.layout,
+             _layout_speedup(r)] for r in t.rows]
+        doc.add(Table(["platform (tuning)", "model", "compression", "algorithm", *t.layouts,
+                       "fastest layout", "speedup over NCHW"], rows,
+                      f"Data layouts ({t.dataset}, {t.device.upper()}): median [95% CI] per "
+                      "layout; a speedup whose interval does not exclude 1 is a tie."))
 
 
 def _speedup_section(doc: Document, points: list[Point], paper: Paper,
@@ -249,7 +318,9 @@ def _speedup_section(doc: Document, points: list[Point], paper: Paper,
         "algorithms against the best dense time over all algorithms, as a percentage of the "
         "ideal speedup its compression ratio promises (95% pruning: 20x, float16: 2x, "
         "int8: 4x). Averages are arithmetic means of the percentages over models, as the "
-        "paper reports them (Section 5.1.2)."))
+        "paper reports them (Section 5.1.2)."
+        + (" An algorithm's best time is over its data layouts too: the best dense time "
+           "may be in any layout." if _has_layouts(points) else "")))
     cells = speedup_cells(points)
     if not cells:
         doc.add(Para("Not measured: needs dense and compressed timings of the same model."))
@@ -257,8 +328,8 @@ def _speedup_section(doc: Document, points: list[Point], paper: Paper,
     rows: list[list[Cell | str]] = [
         [c.group.label, c.model_label, short(c.compression),
          "?" if c.ratio is None else f"{c.ratio:.1f}x",
-         f"{c.dense.algorithm}, {fmt_time(c.dense)}",
-         f"{c.best.algorithm}, {fmt_time(c.best)}", f"{c.speedup:.2f}x",
+         f"{c.dense.algorithm_label}, {fmt_time(c.dense)}",
+         f"{c.best.algorithm_label}, {fmt_time(c.best)}", f"{c.speedup:.2f}x",
          "-" if c.pct_expected is None else f"{c.pct_expected:.1f}%"] for c in cells]
     doc.add(Table(["platform (tuning)", "model", "compression", "ideal speedup",
                    "best dense", "best compressed", "speedup", "% of expected"], rows,
@@ -319,7 +390,8 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
     rows: list[list[Cell | str]] = []
     for r in cmp.rows:
         v = r.variant
-        row: list[Cell | str] = [v.platform, v.model_label, v.compression_label, v.algorithm,
+        row: list[Cell | str] = [v.platform, v.model_label, v.compression_label,
+                                 v.algorithm_label,
                                  v.tuning_label, fmt_time(v) + _noisy(v)]
         for runtime in cmp.runtimes:
             row.append(fmt_ratio_vs(r.ratio(runtime)))
@@ -484,6 +556,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _header(doc, points, db_path, sweeps, experiment, profile, paper, notes)
     _accuracy_section(doc, points, paper, out_dir, files)
     _speed_section(doc, points, paper, experiment, out_dir, files)
+    _layout_section(doc, points)
     _speedup_section(doc, points, paper, experiment)
     _baseline_section(doc, points)
     profiles = load_profiles(db_path, points)  # read once: two sections use them

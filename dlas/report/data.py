@@ -5,6 +5,11 @@ older database lacks (`compression_ratio`, `accuracy_source`) is derived or left
 never guessed. Only points that ran *and* passed verification are results; every other
 point is kept for the verification section and nowhere else.
 
+Each point carries its activation layout (layer 4's data format beside the algorithm:
+NCHW, NHWC, NCHW8c, ...); two layouts of one algorithm are two points, and the tables
+decide between them (`dlas.report.tables`). Rows written before layouts were recorded, and
+baseline rows, ran in NCHW, the paper's layout.
+
 Baseline rows (PyTorch eager, ONNX Runtime, measured in the same sweep) are not TVM results:
 they have no algorithm in the paper's sense, so the paper's tables and analyses leave them
 out and the baseline comparison (`tables.baseline_comparison`) puts them beside the TVM
@@ -32,6 +37,14 @@ BASELINE_RUNTIMES = frozenset({"pytorch", "onnxruntime"})
 #: Display names of runtimes.
 RUNTIME_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime"}
 
+#: The paper's activation layout: that of every row written before layouts were a
+#: choice, and of every baseline.
+NCHW = "NCHW"
+#: Layouts in the order tables list them; channel-blocked ones (NCHW<b>c) after these, by
+#: block width, then any other alphabetically.
+LAYOUT_ORDER = [NCHW, "NHWC"]
+_BLOCKED = re.compile(r"NCHW(\d+)c")
+
 #: Ideal speedup of a reduced-precision option over float32 (bits saved).
 PRECISION_RATIOS = {"float16": 2.0, "int8": 4.0, "int8_uncalibrated": 4.0}
 
@@ -44,6 +57,41 @@ def option_name(row: ResultRow, layer: str, column: str) -> str | None:
         return str(name)
     label = getattr(row, column)
     return str(label).split("(", 1)[0] if label else None
+
+
+def requested_layout(row: ResultRow) -> str:
+    """The layout as the sweep config names it (the algorithm's `layout` and `block`
+    parameters): "NCHWc" when the block is left to the target's SIMD width, which differs
+    between platforms; NCHW when the parameters name none."""
+    choices = (row.config or {}).get("choices") or {}
+    params = (choices.get("algorithms") or {}).get("params") or {}
+    layout = params.get("layout")
+    if not layout:
+        return NCHW
+    block = params.get("block")
+    if layout == "NCHWc" and isinstance(block, int):
+        return f"NCHW{block}c"
+    return str(layout)
+
+
+def layout_of(row: ResultRow) -> str:
+    """The activation layout a row ran in: its `layout` column (the block width resolved,
+    "NCHW8c"); for a row that lacks it (written before the column, or failed before
+    compiling), what the config asked for (`requested_layout`); NCHW, the paper's layout,
+    when neither says."""
+    return str(row.layout) if row.layout else requested_layout(row)
+
+
+def layout_order(layouts: Iterable[str]) -> list[str]:
+    """NCHW first (the paper's, what the others are compared with), NHWC, then the
+    channel-blocked layouts by block width, then any other alphabetically."""
+    def key(layout: str) -> tuple[int, int, str]:
+        if layout in LAYOUT_ORDER:
+            return (0, LAYOUT_ORDER.index(layout), layout)
+        blocked = _BLOCKED.fullmatch(layout)
+        return (1, int(blocked.group(1)), layout) if blocked else (2, 0, layout)
+
+    return sorted(set(layouts), key=key)
 
 
 def algorithm_family(algorithm: str) -> str:
@@ -182,10 +230,22 @@ class Point:
     #: Every timing run of the point (what comparisons resample; empty for rows written
     #: before the history existed, which compare by their intervals).
     runs: tuple[TimingRun, ...] = field(default=(), compare=False, repr=False)
+    #: The activation layout it ran in (`layout_of`): NCHW, NHWC, NCHW8c, ...
+    layout: str = NCHW
+    #: The layout as the sweep config names it (`requested_layout`): what matches one
+    #: point across platforms, where NCHWc resolves to different block widths.
+    layout_choice: str = NCHW
 
     @property
     def family(self) -> str:
         return algorithm_family(self.algorithm)
+
+    @property
+    def algorithm_label(self) -> str:
+        """The algorithm as a reader needs it named: with its layout when that is not the
+        paper's NCHW ("direct NCHW8c"), so two layouts of one algorithm never read as the
+        same point, and a sweep without layouts reads as before."""
+        return self.algorithm if self.layout == NCHW else f"{self.algorithm} {self.layout}"
 
     @property
     def latency_iqr_ms(self) -> float | None:
@@ -218,7 +278,7 @@ class Point:
 
     def describe(self) -> str:
         return " / ".join((self.dataset, self.model_label, self.compression_label,
-                           self.algorithm, self.tuning, self.target_label))
+                           self.algorithm_label, self.tuning, self.target_label))
 
 
 def _float(value: Any) -> float | None:
@@ -302,6 +362,8 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> Point:
         latency_ci_high_ms=_float(row.latency_ci_high_ms),
         placement=row.placement,
         runs=tuple(runs),
+        layout=layout_of(row),
+        layout_choice=requested_layout(row),
     )
 
 
@@ -325,8 +387,8 @@ def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Poin
 
 
 def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
-    """Keep, of the rows that show the same point (sweep and every layer's label), the one
-    written last; returns the kept points and how many were superseded.
+    """Keep, of the rows that show the same point (sweep, every layer's label and the
+    layout), the one written last; returns the kept points and how many were superseded.
 
     A point's key also hashes option versions and budgets, so re-running a sweep after an
     option's version bump or a budget change adds rows instead of replacing the old ones;

@@ -4,7 +4,9 @@ Figure 3: accuracy against compression level for each pruning method, and float1
 (calibrated and not) beside dense. Figures 4-7: grouped bars of median inference time per
 model, compression and algorithm, one row of panels per platform and tuning level, each
 bar with a whisker over the interquartile range of its samples (`inference_panels` is the
-data, also written as a CSV beside the PNG).
+data, also written as a CSV beside the PNG). An algorithm run in several activation
+layouts has one bar, at its fastest layout (the speed tables' cell), named on the bar when
+it is not NCHW; `layout_tables` lists every layout.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlas.report.data import Point, is_sparse_format
+from dlas.report.data import NCHW, Point, is_sparse_format
 from dlas.report.tables import (
     COMPRESSION_ORDER,
     FAMILY_ORDER,
@@ -175,6 +177,8 @@ class Bar:
     noisy: bool
     #: CSR weights (hatched).
     sparse: bool = False
+    #: The algorithm's fastest layout, which the bar shows.
+    layout: str = NCHW
 
     @property
     def iqr_ms(self) -> float | None:
@@ -230,22 +234,27 @@ def inference_panels(points: Iterable[Point], dataset: str, device: str) -> Infe
                         group=group.label, model=model, compression=comp, algorithm=alg,
                         family=p.family, median_ms=float(p.latency_ms or 0.0),
                         q1_ms=p.latency_q1_ms, q3_ms=p.latency_q3_ms, noisy=p.noisy,
-                        sparse=p.sparse))
+                        sparse=p.sparse, layout=p.layout))
     return InferencePanels(list(cells_by_group), models, compressions, bars, width)
 
 
 def write_bars_csv(bars: Iterable[Bar], path: Path) -> Path:
-    """The numbers a figure plots, beside it: median, quartiles and IQR per bar."""
+    """The numbers a figure plots, beside it: median, quartiles and IQR per bar, and each
+    bar's layout when a bar is not NCHW (a figure without layouts keeps its columns)."""
     import csv
 
+    bars = list(bars)
+    with_layout = any(b.layout != NCHW for b in bars)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["platform_tuning", "model", "compression", "algorithm",
-                         "median_ms", "q1_ms", "q3_ms", "iqr_ms", "noisy"])
+                         "median_ms", "q1_ms", "q3_ms", "iqr_ms", "noisy",
+                         *(["layout"] if with_layout else [])])
         for b in bars:
             writer.writerow([b.group, b.model, b.compression, b.algorithm, b.median_ms,
-                             b.q1_ms, b.q3_ms, b.iqr_ms, int(b.noisy)])
+                             b.q1_ms, b.q3_ms, b.iqr_ms, int(b.noisy),
+                             *([b.layout] if with_layout else [])])
     return path
 
 
@@ -289,6 +298,11 @@ def inference_figure(points: Iterable[Point], dataset: str, device: str, path: P
             hatch=hatch, edgecolor="red" if bar.noisy else "black",
             linewidth=1.2 if bar.noisy else 0.4, yerr=[[below], [above]], capsize=2,
             error_kw={"elinewidth": 0.8, "alpha": 0.8})
+        if bar.layout != NCHW:  # the bar is the algorithm's fastest layout: say which
+            axes[bar.row][bar.col].annotate(
+                bar.layout, (bar.x, bar.median_ms), xytext=(0, 2),
+                textcoords="offset points", ha="center", va="bottom", rotation=90,
+                fontsize=5)
         legend.setdefault(bar.algorithm, Patch(facecolor=_family_color(bar.family),
                                                hatch=hatch, edgecolor="black", linewidth=0.4))
     order = _alg_order(legend)

@@ -45,6 +45,13 @@ The rules with intervals, per observation:
 Accuracy and correlation rules (I, III, VI) have no timing intervals and are decided on
 their values.
 
+Layouts: a rule that compares algorithms sees each at its fastest activation layout (the
+speed cells, `dlas.report.tables`), so two layouts of one algorithm are never two rivals;
+an algorithm choice (VII-IX, XI) is the algorithm, and its text names the layout when it
+is not NCHW. A rule that pairs points one to one pairs the same layout: XI's untuned and
+tuned the layout each ran in, XIII's platforms the layout the config asked for (NCHWc's
+block is each CPU's SIMD width).
+
 `combine`: an observation is not held when a decided part fails, held when every
 decided part holds and at least one is decided (ties beside it are named in its label),
 a tie when every measured part is a tie, not measured when no part is; "partly measured"
@@ -736,8 +743,8 @@ def _best_family(a: Analysis, device: str, tuned: bool | None, compressions: Ite
         return Part(name, NOT_MEASURED, [f"needs {want} and another algorithm measured on a "
                                          f"{'tuned ' if tuned else ''}{device.upper()}"],
                     needs=_family_needs(want, device, tuned, comps))
-    lines = [f"{label}: {p.algorithm}" + (
-        f" (ties with {', '.join(r.algorithm for r in rivals)})" if rivals else "")
+    lines = [f"{label}: {p.algorithm_label}" + (
+        f" (ties with {', '.join(r.algorithm_label for r in rivals)})" if rivals else "")
         for label, p, rivals in cases]
     return _generally(name, [_family_flag(p, rivals, want) for _, p, rivals in cases],
                       f"{want} decidedly fastest", lines=lines, comparisons=compared)
@@ -787,14 +794,21 @@ def _dense_vs_compressed(c: SpeedupCell) -> Comparison:
                       c.best, "expected")
 
 
+def _setting_key(p: Point) -> tuple[str, ...]:
+    """What two points must share to be the same variant of one model (on one platform):
+    its compression, algorithm and layout (two layouts are two variants)."""
+    return (p.dataset, p.platform, p.model_label, p.compression, p.algorithm, p.layout)
+
+
 def _untuned_tuned_pairs(a: Analysis) -> list[tuple[Point, Point]]:
+    """Each variant untuned and tuned (the same layout: tuning is what differs)."""
     untuned: dict[tuple, Point] = {}
     for p in a.points:
         if not p.tuned:
-            untuned[(p.dataset, p.platform, p.model_label, p.compression, p.algorithm)] = p
+            untuned[_setting_key(p)] = p
     pairs = []
     for p in a.points:
-        key = (p.dataset, p.platform, p.model_label, p.compression, p.algorithm)
+        key = _setting_key(p)
         if p.tuned and key in untuned:
             pairs.append((untuned[key], p))
     return pairs
@@ -809,26 +823,48 @@ def _accelerates(pairs: list[tuple[Point, Point]]) -> Part:
     return Part("tuning accelerates dramatically", _status(at_least(gm, DRAMATIC)), [
         f"tuned over untuned: geometric-mean speedup {gm.text(unit='x')} over {len(pairs)} "
         f"points (rule: >= {DRAMATIC}x, a tie when the interval spans it)"],
-        [Comparison(f"{t.platform} {t.model_label} {short(t.compression)} {t.algorithm}", u, t)
-         for u, t in pairs])
+        [Comparison(f"{t.platform} {t.model_label} {short(t.compression)} "
+                    f"{t.algorithm_label}", u, t) for u, t in pairs])
 
 
 def _choice_change(untuned: Iterable[Point], tuned: Iterable[Point],
-                   key: Callable[[Point], tuple[str, ...]]) -> tuple[bool | None, str]:
+                   key: Callable[[Point], tuple[str, ...]],
+                   shown: Callable[[Point], str]) -> tuple[bool | None, str]:
     """Whether the fastest choice changes with tuning: the choices tied for fastest
     untuned and tuned are disjoint (True), the same single choice (False), or overlap
-    within noise (None); with the two fastest, as 'a untuned, b tuned'."""
+    within noise (None); with the two fastest, as 'a untuned, b tuned' (`shown`: each
+    named with its layout)."""
     bu, tu = decided_fastest(untuned)
     bt, tt = decided_fastest(tuned)
     assert bu is not None and bt is not None
     in_u, in_t = {key(p) for p in [bu, *tu]}, {key(p) for p in [bt, *tt]}
     flag = True if not in_u & in_t else False if in_u == in_t and len(in_u) == 1 else None
-    return flag, f"{'+'.join(key(bu))} untuned, {'+'.join(key(bt))} tuned"
+    return flag, f"{shown(bu)} untuned, {shown(bt)} tuned"
+
+
+def _algorithm_choice(p: Point) -> tuple[str, ...]:
+    return (p.algorithm,)
+
+
+def _algorithm_shown(p: Point) -> str:
+    return p.algorithm_label
+
+
+def _combination_choice(p: Point) -> tuple[str, ...]:
+    return (short(p.compression), p.algorithm)
+
+
+def _combination_shown(p: Point) -> str:
+    return f"{short(p.compression)}+{p.algorithm_label}"
 
 
 def _changes(a: Analysis) -> tuple[list[bool | None], list[str]]:
     """Every (model, compression) algorithm choice and every model's combination that was
-    measured untuned and tuned: whether tuning changed it, and a line per change."""
+    measured untuned and tuned: whether tuning changed it, and a line per change.
+
+    The choice is the algorithm (and compression), named with its layout: the cells hold
+    each algorithm at its fastest layout only, so its other layouts, which may tie with
+    it, are not there to overlap; a change of layout alone is not counted as a change."""
     by_setting: dict[tuple, dict[bool, Cells]] = defaultdict(dict)
     for group, models in a.cells.items():
         for model, cells in models.items():
@@ -841,12 +877,13 @@ def _changes(a: Analysis) -> tuple[list[bool | None], list[str]]:
         u, t = both[False], both[True]
         checks = [(f"{short(comp)}: fastest algorithm", [p for (c, _), p in u.items()
                                                           if c == comp],
-                   [p for (c, _), p in t.items() if c == comp], lambda p: (p.algorithm,))
+                   [p for (c, _), p in t.items() if c == comp], _algorithm_choice,
+                   _algorithm_shown)
                   for comp in sorted({c for c, _ in u} & {c for c, _ in t})]
         checks.append(("fastest combination", list(u.values()), list(t.values()),
-                       lambda p: (short(p.compression), p.algorithm)))
-        for what, pu, pt, key in checks:
-            flag, text = _choice_change(pu, pt, key)
+                       _combination_choice, _combination_shown))
+        for what, pu, pt, key, shown in checks:
+            flag, text = _choice_change(pu, pt, key, shown)
             flags.append(flag)
             if flag is not False:
                 verdict = "changed" if flag else "may have changed (a tie)"
@@ -921,7 +958,9 @@ def obs_13(a: Analysis) -> list[Part]:
         times: dict[str, dict[tuple, Point]] = defaultdict(dict)
         for p in a.points:
             if p.device == device and p.latency_ms is not None:
-                key = (p.dataset, p.model_label, p.compression, p.algorithm, p.tuning)
+                # the layout as configured: NCHWc is NCHW16c on one CPU, NCHW4c on another
+                key = (p.dataset, p.model_label, p.compression, p.algorithm,
+                       p.layout_choice, p.tuning)
                 times[p.platform][key] = p
         lines, flags = [], []
         for x, y in itertools.combinations(sorted(times), 2):

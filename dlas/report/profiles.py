@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from dlas.profile.layers import OPS, LayerTime, PointProfile
 from dlas.profile.limits import LEVELS, MachineLimits, level_capacity
 from dlas.report import profile_figures
-from dlas.report.data import RUNTIME_NAMES, Point, algorithm_family
+from dlas.report.data import NCHW, RUNTIME_NAMES, Point, algorithm_family
 from dlas.report.profile_figures import OUTSIDE
 from dlas.report.render import Cell, Document, Heading, Image, Para, Table
 from dlas.report.tables import COMPRESSION_ORDER, FAMILY_ORDER, short
@@ -84,11 +84,12 @@ class ProfiledPoint:
 
     @property
     def label(self) -> str:
-        """compression / algorithm / tuning, or compression / runtime for a baseline."""
+        """compression / algorithm (with its layout when not NCHW) / tuning, or
+        compression / runtime for a baseline."""
         p = self.point
         if p.baseline:
             return f"{short(p.compression)} / {RUNTIME_NAMES.get(p.tuning, p.tuning)}"
-        return f"{short(p.compression)} / {p.algorithm} / {p.tuning_label}"
+        return f"{short(p.compression)} / {p.algorithm_label} / {p.tuning_label}"
 
 
 @dataclass
@@ -128,7 +129,8 @@ def _sort_key(p: Point) -> tuple:
     comp = COMPRESSION_ORDER.index(p.compression) if p.compression in COMPRESSION_ORDER \
         else len(COMPRESSION_ORDER)
     fam = FAMILY_ORDER.index(p.family) if p.family in FAMILY_ORDER else len(FAMILY_ORDER)
-    return (p.baseline, p.tuned, p.tuning, comp, p.compression, fam, p.algorithm, p.key)
+    return (p.baseline, p.tuned, p.tuning, comp, p.compression, fam, p.algorithm,
+            p.layout != NCHW, p.layout, p.key)
 
 
 def load_profiles(db_path: Path, points: Iterable[Point]) -> LoadedProfiles:
@@ -451,9 +453,10 @@ def dense_reference(item: ProfiledPoint,
     same = [c for c in points if c.model == item.model and c.point.compression == "none"
             and c.point.tuning == p.tuning and c.point.baseline == p.baseline]
     for algorithm in (algorithm_family(p.algorithm), p.algorithm):
-        for candidate in same:
-            if candidate.point.algorithm == algorithm:
-                return candidate
+        candidates = [c for c in same if c.point.algorithm == algorithm]
+        if candidates:  # the compressed one's layout, else NCHW, else the first other
+            return min(candidates, key=lambda c: (c.point.layout != p.layout,
+                                                  c.point.layout != NCHW))
     return None
 
 
@@ -490,7 +493,9 @@ def pair_speedups(points: list[ProfiledPoint]) -> SpeedupPairs:
     tuning and the same kind (TVM or baseline), whose algorithm is the compressed one's
     dense-format family (`direct_csr` -> `direct`), else the same algorithm (a pruned
     model run by `gemm` against the dense model run by `gemm`; a baseline against the same
-    runtime on the dense model). Their convolutions are paired by `conv_index` (the
+    runtime on the dense model); of that algorithm's layouts, the compressed one's, else
+    NCHW (CSR algorithms run in NCHW), so a pruned point is measured against the dense
+    layout it would otherwise have run in. Their convolutions are paired by `conv_index` (the
     model's conv order, the same in every variant), each conv's kernels' time x calls
     summed. A conv's density is the compressed conv's non-zero weights over the dense
     conv's weight count (its weight shape's product: for zero-pruned weights, the

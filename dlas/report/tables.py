@@ -1,6 +1,13 @@
 """The logic of the paper's tables: accuracy per compression (Tables 2, 5) and the fastest
 algorithm / compression / combination per platform, tuning and model (Tables 3, 4, 6).
 
+Layouts. An algorithm may run in several activation layouts (NCHW, the paper's; NHWC;
+NCHW8c): layer 4's choice is the algorithm *and* its layout. A speed cell (compression,
+algorithm) holds the algorithm's fastest layout, so every rule that compares algorithms
+compares each at its best, never two layouts of one algorithm as two algorithms; the
+NCHW point of the same cell is kept beside it (`SpeedRow.nchw`), so a reader sees what
+the layout bought over the paper's setting. `layout_tables` lists every layout measured.
+
 Everything here works on verified results only and is pure (no rendering), so the
 selection rules can be tested on hand-built points.
 """
@@ -11,7 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dlas.report.data import Point
+from dlas.report.comparisons import faster
+from dlas.report.data import NCHW, Point, algorithm_family, layout_order
 from dlas.report.paper import Paper, PaperSpeedRow
 
 #: The paper's column order; options it does not know come after, alphabetically.
@@ -68,28 +76,56 @@ def group_of(p: Point) -> Group:
 
 
 Cells = dict[tuple[str, str], Point]  # (compression name, algorithm) -> its point
+#: (compression name, algorithm) -> layout -> its point: every layout measured.
+LayoutCells = dict[tuple[str, str], dict[str, Point]]
 
 
 def _preferred(a: Point, b: Point) -> Point:
-    """Of two points with the same compression and algorithm (different parameters), the
-    one the paper would tabulate: the higher compression ratio, then the one written last
-    (the same compression re-run under other parameters), then the faster."""
+    """Of two points with the same compression, algorithm and layout (different
+    parameters), the one the paper would tabulate: the higher compression ratio, then the
+    one written last (the same compression re-run under other parameters), then the
+    faster."""
     ka = (-(a.ratio or 0.0), -a.updated_at, a.latency_ms or float("inf"), a.key)
     kb = (-(b.ratio or 0.0), -b.updated_at, b.latency_ms or float("inf"), b.key)
     return a if ka <= kb else b
 
 
-def speed_cells(points: Iterable[Point]) -> dict[Group, dict[str, Cells]]:
-    """Verified timings by group and model label. A compression run with several
-    parameter sets keeps one (see `_preferred`)."""
-    out: dict[Group, dict[str, Cells]] = defaultdict(lambda: defaultdict(dict))
+def layout_cells(points: Iterable[Point]) -> dict[Group, dict[str, LayoutCells]]:
+    """Verified timings by group, model label, (compression, algorithm) and layout. A
+    compression run with several parameter sets keeps one per layout (`_preferred`)."""
+    out: dict[Group, dict[str, LayoutCells]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(dict)))
     for p in points:
         if not p.is_result:
             continue
-        cells = out[group_of(p)][p.model_label]
-        key = (p.compression, p.algorithm)
-        cells[key] = _preferred(cells[key], p) if key in cells else p
-    return {g: dict(out[g]) for g in sorted(out, key=group_order)}
+        layouts = out[group_of(p)][p.model_label][(p.compression, p.algorithm)]
+        layouts[p.layout] = _preferred(layouts[p.layout], p) if p.layout in layouts else p
+    return {g: {m: {k: dict(v) for k, v in cells.items()} for m, cells in out[g].items()}
+            for g in sorted(out, key=group_order)}
+
+
+def fastest_layout(layouts: dict[str, Point]) -> Point:
+    """An algorithm's fastest layout; of equal medians, NCHW (the paper's), then by name."""
+    return min(layouts.values(),
+               key=lambda p: (p.latency_ms, p.layout != NCHW, p.layout))
+
+
+def best_layouts(cells: LayoutCells) -> Cells:
+    """Each (compression, algorithm) at its fastest layout."""
+    return {key: fastest_layout(layouts) for key, layouts in cells.items()}
+
+
+def nchw_cells(cells: LayoutCells) -> Cells:
+    """Each (compression, algorithm) in NCHW, where it was measured in NCHW."""
+    return {key: layouts[NCHW] for key, layouts in cells.items() if NCHW in layouts}
+
+
+def speed_cells(points: Iterable[Point]) -> dict[Group, dict[str, Cells]]:
+    """Verified timings by group and model label, each (compression, algorithm) at its
+    fastest layout (`best_layouts`): what every fastest-choice rule compares. A
+    compression run with several parameter sets keeps one (see `_preferred`)."""
+    return {g: {m: best_layouts(cells) for m, cells in models.items()}
+            for g, models in layout_cells(points).items()}
 
 
 def _fastest(candidates: Iterable[Point]) -> Point | None:
@@ -119,11 +155,21 @@ class SpeedRow:
     group: Group
     model_label: str
     model: str
+    #: Each (compression, algorithm) at its fastest layout.
     cells: Cells
     fastest_algorithm: dict[str, Point | None]
     fastest_compression: dict[str, Point | None]
     overall: Point | None
     paper: PaperSpeedRow | None = None
+    #: The same cells in NCHW, the paper's layout, where measured: what is shown beside a
+    #: cell whose fastest layout is another.
+    nchw: Cells = field(default_factory=dict)
+
+    def nchw_of(self, p: Point) -> Point | None:
+        """The NCHW point of `p`'s cell; None when `p` is NCHW or its cell has none."""
+        if p.layout == NCHW:
+            return None
+        return self.nchw.get((p.compression, p.algorithm))
 
 
 @dataclass
@@ -139,10 +185,11 @@ def speed_tables(points: Iterable[Point], paper: Paper | None = None,
                  paper_platforms: dict[str, str] | None = None) -> list[SpeedTable]:
     """One table per (dataset, device); rows per platform x tuning x model. With
     `paper_platforms` (target option -> paper platform) rows carry the paper's row."""
-    by_group = speed_cells(points)
+    by_group = layout_cells(points)
     tables: dict[tuple[str, str], SpeedTable] = {}
-    for group, models in by_group.items():
+    for group, per_model in by_group.items():
         key = (group.dataset, group.device)
+        models = {m: best_layouts(cells) for m, cells in per_model.items()}
         all_cells = [p for cells in models.values() for p in cells.values()]
         table = tables.get(key)
         if table is None:
@@ -161,7 +208,7 @@ def speed_tables(points: Iterable[Point], paper: Paper | None = None,
                 group, model_label, model, cells,
                 {c: fastest_algorithm(cells, c) for c in table.compressions},
                 {f: fastest_compression(cells, f) for f in table.families},
-                overall_fastest(cells), paper_row,
+                overall_fastest(cells), paper_row, nchw_cells(per_model[model_label]),
             ))
     for table in tables.values():  # compressions seen later in the table apply to all rows
         for row in table.rows:
@@ -195,24 +242,30 @@ def _compare(ours: Point | None, text: str, ours_in_paper_terms: str | None,
     return Comparison(text, paper_cell, ours_in_paper_terms == paper_cell)
 
 
+def _with_layout(text: str, p: Point) -> str:
+    return text if p.layout == NCHW else f"{text} {p.layout}"
+
+
 def compare_algorithm(ours: Point | None, paper_cell: str | None,
                       paper: Paper | None) -> Comparison:
-    """Ours is the algorithm name; it agrees when its family is the paper's algorithm."""
+    """Ours is the algorithm name (with its layout when not NCHW); it agrees when its
+    family is the paper's algorithm: the paper names no layout (it ran NCHW only)."""
     name = paper.algorithm_name(ours.family) if paper and ours else None
-    return _compare(ours, ours.algorithm if ours else "-", name, paper_cell)
+    return _compare(ours, ours.algorithm_label if ours else "-", name, paper_cell)
 
 
 def compare_compression(ours: Point | None, paper_cell: str | None,
                         paper: Paper | None) -> Comparison:
     abbrev = paper.compression_abbrev(ours.compression, aliases=True) if paper and ours else None
-    return _compare(ours, short(ours.compression) if ours else "-", abbrev, paper_cell)
+    return _compare(ours, _with_layout(short(ours.compression), ours) if ours else "-", abbrev,
+                    paper_cell)
 
 
 def compare_overall(ours: Point | None, paper_cell: str | None,
                     paper: Paper | None) -> Comparison:
     if ours is None:
         return Comparison("-", paper_cell)
-    text = f"{short(ours.compression)}+{ours.algorithm}"
+    text = f"{short(ours.compression)}+{ours.algorithm_label}"
     in_paper_terms = None
     if paper is not None:
         abbrev = paper.compression_abbrev(ours.compression, aliases=True)
@@ -220,6 +273,91 @@ def compare_overall(ours: Point | None, paper_cell: str | None,
         if abbrev and name:
             in_paper_terms = f"{abbrev}+{name}"
     return _compare(ours, text, in_paper_terms, paper_cell)
+
+
+# -- data layouts ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LayoutRow:
+    """One algorithm of one model, compression, platform and tuning, in every layout it
+    was measured in."""
+
+    group: Group
+    model_label: str
+    compression: str
+    algorithm: str
+    #: layout -> its point.
+    layouts: dict[str, Point]
+
+    @property
+    def fastest(self) -> Point:
+        return fastest_layout(self.layouts)
+
+    @property
+    def nchw(self) -> Point | None:
+        return self.layouts.get(NCHW)
+
+    @property
+    def speedup_over_nchw(self) -> float | None:
+        """NCHW time / the fastest layout's (1.0 when NCHW is the fastest); None without an
+        NCHW point."""
+        nchw, best = self.nchw, self.fastest
+        if nchw is None or not nchw.latency_ms or not best.latency_ms:
+            return None
+        return nchw.latency_ms / best.latency_ms
+
+    def decided(self) -> bool | None:
+        """Whether the fastest layout is decidedly faster than NCHW (the report's one
+        comparison, `comparisons.faster`); None for a tie within noise, or without an
+        NCHW point to compare with. NCHW itself fastest: False."""
+        nchw, best = self.nchw, self.fastest
+        if nchw is None:
+            return None
+        if best is nchw:
+            return False
+        return faster(best, nchw)
+
+
+@dataclass
+class LayoutTable:
+    """Per (dataset, device): the layouts measured (the columns) and a row per algorithm
+    measured in a layout other than NCHW."""
+
+    dataset: str
+    device: str
+    layouts: list[str]
+    rows: list[LayoutRow] = field(default_factory=list)
+
+
+def layout_tables(points: Iterable[Point]) -> list[LayoutTable]:
+    """The time of each algorithm in each layout, its fastest layout and that layout's
+    speedup over NCHW. Only algorithms run in a layout other than NCHW have a row (an
+    algorithm in NCHW alone says nothing about layouts): a sweep without layout variants
+    has no table."""
+    order = {c: i for i, c in enumerate(COMPRESSION_ORDER)}
+    tables: dict[tuple[str, str], LayoutTable] = {}
+    for group, models in layout_cells(points).items():
+        for model_label, cells in models.items():
+            keys = sorted(cells, key=lambda k: (order.get(k[0], len(order)), k[0],
+                                                _family_rank(k[1]), k[1]))
+            for compression, algorithm in keys:
+                layouts = cells[(compression, algorithm)]
+                if set(layouts) == {NCHW}:
+                    continue
+                table = tables.setdefault((group.dataset, group.device),
+                                          LayoutTable(group.dataset, group.device, []))
+                table.layouts = layout_order({*table.layouts, *layouts})
+                table.rows.append(LayoutRow(group, model_label, compression, algorithm,
+                                            {lay: layouts[lay] for lay in layout_order(layouts)}))
+    return [tables[k] for k in sorted(tables)]
+
+
+def _family_rank(algorithm: str) -> tuple[int, str]:
+    """The paper's algorithm order (gemm, direct, spatial pack), then others by name."""
+    family = algorithm_family(algorithm)
+    return (FAMILY_ORDER.index(family) if family in FAMILY_ORDER else len(FAMILY_ORDER),
+            family)
 
 
 # -- accuracy tables (2, 5) -------------------------------------------------------------
@@ -336,7 +474,8 @@ def baseline_comparison(points: Iterable[Point]) -> BaselineComparison:
 
     def sort_key(p: Point) -> tuple:
         return (p.dataset, p.platform, p.model_label, order.get(p.compression, len(order)),
-                p.compression_label, p.tuned, p.tuning, p.latency_ms or 0.0, p.algorithm)
+                p.compression_label, p.tuned, p.tuning, p.latency_ms or 0.0, p.algorithm,
+                p.layout)
 
     rows = [BaselineRow(p, by_setting[_setting(p)])
             for p in sorted((p for p in points if p.is_result and _setting(p) in by_setting),
