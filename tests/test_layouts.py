@@ -372,3 +372,26 @@ def test_vector_layouts_are_not_runnable_on_a_gpu_target() -> None:
     assert blocked[("direct(layout=NCHWc)", "host")] is None
     assert "CPU schedules only" in blocked[("direct(layout=NCHWc)", "cuda")]
     assert "CPU schedules only" not in (blocked[("direct", "cuda")] or "")
+
+
+def test_per_tensor_quantization_follows_the_layout() -> None:
+    """int8 models quantize activations per tensor between convs: elementwise, so they
+    stay in the layout (a per-channel one would not, and is reordered around)."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 16, 8, 8), "float32"))
+    w = relax.const(np.ones((16, 16, 3, 3), "float32"))
+    scale, zero = relax.const(np.float32(0.5)), relax.const(np.int8(0))
+    per_channel = relax.const(np.full((16,), 0.5, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+            q = bb.emit(relax.op.quantize(a, scale, zero, axis=1, out_dtype="int8"))
+            d = bb.emit(relax.op.dequantize(q, scale, zero, axis=1, out_dtype="float32"))
+            b = bb.emit(relax.op.nn.conv2d(d, w, padding=1))
+            q2 = bb.emit(relax.op.quantize(b, per_channel, relax.const(np.zeros(16, "int8")),
+                                           axis=1, out_dtype="int8"))
+            out = bb.emit_output(q2)
+        bb.emit_func_output(out)
+    report = convert_layout(bb.get(), DataLayout("NCHWc", 8), lambda spec: None)[1]
+    assert report.convs == 2
+    assert dict(report.to_nchw) == {"quantize": 1}  # only the per-channel one

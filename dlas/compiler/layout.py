@@ -11,9 +11,9 @@ did):
   and its weight padded with zeros to NCHWc's whole channel blocks (the algorithm packs it
   at compile time, once);
 * ops that have a form in the layout follow their input into it: elementwise ops
-  (bias, batch-norm, ReLU, clip, residual add, ...), whose constant operands are stored
-  in the layout here, in numpy; max/average pooling; the global average pool (a mean
-  over H and W);
+  (bias, batch-norm, ReLU, clip, residual add, per-tensor (de)quantization, ...), whose
+  constant operands are stored in the layout here, in numpy; max/average pooling; the
+  global average pool (a mean over H and W);
 * everything else (the flatten before the classifier, a grouped conv, ...) gets its
   input reordered back to NCHW, once per value, and the model's outputs are NCHW.
 
@@ -55,6 +55,9 @@ BINARY_OPS = frozenset({
     "relax.minimum",
 })
 POOL_OPS = frozenset({"relax.nn.max_pool2d", "relax.nn.avg_pool2d"})
+#: (De)quantization: elementwise when scale and zero point are per tensor (one value each),
+#: as dlas's int8 models quantize activations (`dlas.compiler.quantized`).
+QDQ_OPS = frozenset({"relax.quantize", "relax.dequantize"})
 
 TO_LAYOUT_NAME = "dlas_reorder_to_{}"
 TO_NCHW_NAME = "dlas_reorder_to_nchw"
@@ -107,6 +110,12 @@ def _constant(expr: relax.Expr) -> np.ndarray | None:
     if isinstance(expr, ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
         return expr.value.numpy()
     return None
+
+
+def _per_tensor(call: relax.Call) -> bool:
+    """A (de)quantize whose scale and zero point are single constants."""
+    params = [_constant(arg) for arg in call.args[1:3]]
+    return all(p is not None and p.size == 1 for p in params)
 
 
 def _op_name(call: relax.Call) -> str:
@@ -238,7 +247,7 @@ class _Rewriter:
         out_shape = _shape(call)
         if out_shape is None or len(out_shape) != 4:
             return None
-        if name in UNARY_OPS:
+        if name in UNARY_OPS or (name in QDQ_OPS and _per_tensor(call)):
             first = call.args[0]
             if not (isinstance(first, relax.Var) and first in self.stored):
                 return None
