@@ -166,7 +166,7 @@ def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
     weight_shape = static_shape(call.args[1].ty)
     if data_shape is None or weight_shape is None:
         return None, "dynamic shape"
-    out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void") else ""
+    out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else ""
     spec = ConvSpec(
         data_shape=data_layout.logical_shape(data_shape),
         weight_shape=weight_shape,

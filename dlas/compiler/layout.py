@@ -354,7 +354,7 @@ class _Rewriter:
             padded = np.zeros((out_c, in_c // groups if groups > 1 else in_c,
                                *value.shape[2:]), value.dtype)
         padded[:o, :value.shape[1]] = value
-        out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void") else ""
+        out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else ""
         spec = ConvSpec(
             data_shape=(n, in_c, h, w), weight_shape=tuple(padded.shape),
             strides=tuple(int(v) for v in attrs.strides),
