@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import ir, relax, tirx
+from tvm import relax, tirx
 from tvm.target import Target
 from tvm_ffi import structural_equal
 
@@ -60,6 +60,7 @@ from .layout import LayoutReport, convert_layout
 from .minimal_schedule import schedule_prim_func
 from .pipeline import SCHEDULED_ATTR, ScheduleHook, relax_finalize_pipeline, unscheduled_prim_funcs
 from .relax_import import ImportedModel
+from .relax_values import constant_value, static_shape
 
 log = logging.getLogger(__name__)
 
@@ -135,19 +136,6 @@ def make_target(target: dict | str | Target) -> Target:
     return Target(dict(target))
 
 
-def static_shape(ty) -> tuple[int, ...] | None:
-    """The static shape of a relax tensor type, or None if any dimension is symbolic."""
-    shape = getattr(ty, "shape", None)
-    if shape is None:
-        return None
-    dims = []
-    for dim in shape:
-        if not isinstance(dim, tirx.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return tuple(dims)
-
-
 def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
     """The ConvSpec of a relax conv2d call, or (None, reason) when it has none.
 
@@ -181,13 +169,6 @@ def spec_from_call(call: relax.Call) -> tuple[ConvSpec | None, str | None]:
         out_layout=out_layout.name,
     )
     return spec, None
-
-
-def constant_value(expr: relax.Expr) -> np.ndarray | None:
-    """The numpy value of a bound relax constant, None for anything else."""
-    if isinstance(expr, ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
-        return expr.value.numpy()
-    return None
 
 
 def describe(spec: ConvSpec) -> str:

@@ -32,6 +32,8 @@ import numpy as np
 import tvm
 from tvm import ir, relax
 
+from .relax_values import static_shape
+
 #: A numpy evaluation of one relax op: (call, argument values) -> value, or None when it
 #: cannot be done exactly for these arguments (then the call is left for TVM to fold).
 Evaluator = Callable[[relax.Call, list[Any]], np.ndarray | None]
@@ -53,15 +55,7 @@ class FoldReport:
 
 
 def _out_shape(call: relax.Call) -> tuple[int, ...] | None:
-    shape = getattr(call.ty, "shape", None)
-    if shape is None:
-        return None
-    dims = []
-    for dim in shape:
-        if not isinstance(dim, tvm.tirx.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return tuple(dims)
+    return static_shape(call.ty)
 
 
 def _reshaped(call: relax.Call, args: list[Any]) -> np.ndarray | None:

@@ -39,6 +39,7 @@ from tvm import ir, relax, te, tirx
 
 from ..tir.conv_spec import ConvSpec
 from ..tir.layout import NCHW, DataLayout
+from .relax_values import constant_value, static_shape
 
 #: Why a conv keeps NCHW (None: it takes the layout): asked with the conv's spec in it.
 ConvReason = Callable[[ConvSpec], str | None]
@@ -91,30 +92,16 @@ class LayoutReport:
 
 
 def _shape(expr: relax.Expr) -> tuple[int, ...] | None:
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None:
-        return None
-    dims = []
-    for dim in shape:
-        if not isinstance(dim, tirx.IntImm):
-            return None
-        dims.append(int(dim.value))
-    return tuple(dims)
+    return static_shape(expr.ty)
 
 
 def _dtype(expr: relax.Expr) -> str:
     return str(getattr(expr.ty, "dtype", ""))
 
 
-def _constant(expr: relax.Expr) -> np.ndarray | None:
-    if isinstance(expr, ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor):
-        return expr.value.numpy()
-    return None
-
-
 def _per_tensor(call: relax.Call) -> bool:
     """A (de)quantize whose scale and zero point are single constants."""
-    params = [_constant(arg) for arg in call.args[1:3]]
+    params = [constant_value(arg) for arg in call.args[1:3]]
     return all(p is not None and p.size == 1 for p in params)
 
 
@@ -267,7 +254,7 @@ class _Rewriter:
         pad = 1.0 if _op_name(call) == "relax.divide" else 0.0
         args = []
         for arg in call.args:
-            value = _constant(arg)
+            value = constant_value(arg)
             if value is not None:
                 if value.ndim > 4 or (value.ndim >= 3 and value.shape[-3] not in (1, channels)):
                     return None
@@ -329,7 +316,7 @@ class _Rewriter:
         attrs = call.attrs
         data, weight = call.args
         layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-        data_shape, value = _shape(data), _constant(weight)
+        data_shape, value = _shape(data), constant_value(weight)
         why = None
         if layouts != ("NCHW", "OIHW", "NCHW"):
             why = f"already in layout {layouts}"

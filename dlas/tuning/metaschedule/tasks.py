@@ -21,8 +21,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 from tvm_ffi import structural_equal
 
-from dlas.compiler.build import constant_value
 from dlas.compiler.pipeline import SCHEDULED_ATTR
+from dlas.compiler.relax_values import constant_value
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
 from dlas.tir.schedule_helpers import const_extent, root_block
 
