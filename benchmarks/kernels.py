@@ -212,7 +212,7 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
         for m in best for n in sorted(set(budgets) - set(trials[m]))]
     path = write(cfg, workspace)
     dlas("run", str(path), *ws, log=log)
-    profile = json.loads(dlas("profile", str(path), "--json", *ws, log=log))
+    profile = json.loads(dlas("profile", str(path), "--json", *ws[:2], log=log))
     roofs = {(p["model"], p["algorithm"], p["tuning"]): p for p in profile["points"]}
     table = rows(workspace, cfg["name"])
     print(f"\n{'model':<12} {'variant':<28} {'trials':>6} {'ms':>8} {'vs ORT':>7} "
