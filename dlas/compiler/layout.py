@@ -196,6 +196,7 @@ class _Rewriter:
         stored = _Stored(var, shape)
         if isinstance(expr, relax.Var):
             self.stored[expr] = stored
+            self.vars.setdefault(expr, value)  # its NCHW form stays at hand (the image)
         return stored
 
     # -- bindings -----------------------------------------------------------------------
@@ -203,7 +204,7 @@ class _Rewriter:
         var = binding.var
         if isinstance(binding, relax.MatchCast):
             self.vars[var] = self.bb.match_cast(self.nchw(binding.value, "match_cast"),
-                                                binding.struct_info, var.name)
+                                                binding.ty, var.name)
             return
         value = binding.value
         stored = self._in_layout(value) if isinstance(value, relax.Call) else None
