@@ -72,6 +72,11 @@ class ConvAlgorithm(ABC):
     needs_weight_value: ClassVar[bool] = False
     #: The layout kinds this algorithm computes in (`LAYOUT_KINDS`).
     layouts: ClassVar[frozenset[str]] = frozenset({"NCHW"})
+    #: The activation layout kind the model is compiled in, and NCHWc's channels per
+    #: block (None: the target's SIMD width). Class defaults, so a plugin algorithm whose
+    #: own `__init__` does not call this one's is an NCHW algorithm.
+    layout: str = "NCHW"
+    block: int | None = None
 
     def __init__(self, layout: str = "NCHW", block: int | None = None) -> None:
         if layout not in LAYOUT_KINDS:
@@ -80,9 +85,7 @@ class ConvAlgorithm(ABC):
             raise ValueError(f"{self.name} computes in {sorted(self.layouts)}, not {layout}")
         if block is not None and layout != "NCHWc":
             raise ValueError(f"a channel block is NCHWc's; layout {layout} has none")
-        #: The activation layout kind the model is compiled in.
         self.layout = layout
-        #: NCHWc's channels per block; None: the target's SIMD width.
         self.block = block
 
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
