@@ -83,6 +83,10 @@ def random_convs(seed: int, count: int) -> list[Conv]:
 
 
 CONVS = random_convs(seed=7, count=8)
+#: Convs wider than the random ones: NHWC holds all C channels in one chunk, so a
+#: format's per-channel fields must take more than 64 of them (vector CSR did not).
+WIDE = [Conv(72, 12, 6, 6, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False),
+        Conv(130, 16, 5, 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)]
 
 
 def laid_out(conv: Conv, data_layout: DataLayout, out_layout: DataLayout, dtypes=(
@@ -181,7 +185,7 @@ def test_random_sparse_convs_in_vector_csr(path: str, case: str) -> None:
     block row), so rows of every length occur, columns whole vectors pruned are skipped."""
     simd, block = PATHS[path]
     rng = np.random.default_rng(11)
-    for i, conv in enumerate(CONVS):
+    for i, conv in enumerate(CONVS + WIDE):
         spec = laid_out(conv, *layouts_of(case, block, conv))
         x, w = operands(conv, spec, seed=i)
         w[rng.random(w.shape) < rng.uniform(0.5, 0.99)] = 0

@@ -12,6 +12,7 @@ separate add that the compiler fuses as an epilogue), so it is not here either.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from tvm import te, tirx
@@ -144,38 +145,58 @@ def vector_csr_columns(spec: ConvSpec) -> int:
     return choose_tile(1, spec.out_shape[3], vectors, simd).cols
 
 
-#: Bits per field of a vector CSR column (`pack_columns`): lane, kernel column, kernel
-#: row, then the input-channel chunk in the rest.
-COLUMN_FIELD_BITS = 6
+@dataclass(frozen=True)
+class ColumnFields:
+    """Bit widths of a vector CSR column's fields (`pack_columns`), lowest first: the lane
+    of the input channel within its chunk, the kernel column, the kernel row; the
+    input-channel chunk takes the rest. Each field is as wide as its range needs, so an
+    NHWC conv (one chunk of all C channels) and an NCHWc one pack alike."""
+
+    lane: int
+    kx: int
+    ky: int
+
+    @classmethod
+    def of(cls, spec: ConvSpec) -> ColumnFields:
+        kh, kw = spec.kernel_size
+        return cls(lane=_bits_for(blocking_of(spec).in_chunk), kx=_bits_for(kw),
+                   ky=_bits_for(kh))
+
+    def shifts(self) -> tuple[int, int, int, int]:
+        """Shift of each field: lane, kx, ky, chunk."""
+        return (0, self.lane, self.lane + self.kx, self.lane + self.kx + self.ky)
+
+
+def _bits_for(count: int) -> int:
+    """Bits that hold 0 .. count - 1 (at least one)."""
+    return max(1, (count - 1).bit_length())
 
 
 def pack_columns(spec: ConvSpec, columns: np.ndarray) -> np.ndarray:
     """Weight-matrix columns k = (c, ky, kx) recoded as bit fields (chunk | ky | kx | lane
-    of input channel c, 6 bits each but the chunk), so the kernel decodes a stored column
-    with shifts and masks: the divisions by KH*KW, KW and the chunk size cost more than
-    the eight FMAs each stored vector feeds."""
+    of input channel c, `ColumnFields`), so the kernel decodes a stored column with shifts
+    and masks: the divisions by KH*KW, KW and the chunk size cost more than the eight FMAs
+    each stored vector feeds."""
     kh, kw = spec.kernel_size
     cut = blocking_of(spec)
-    limit = 1 << COLUMN_FIELD_BITS
-    if max(kh, kw, cut.in_chunk) > limit:
-        raise ValueError(f"vector CSR packs kernel taps and channel runs into "
-                         f"{COLUMN_FIELD_BITS} bits: {spec}")
+    fields = ColumnFields.of(spec)
+    _, s_kx, s_ky, s_chunk = fields.shifts()
     k = columns.astype(np.int64)
     c, ky, kx = k // (kh * kw), (k // kw) % kh, k % kw
-    bits = COLUMN_FIELD_BITS
-    packed = ((((c // cut.in_chunk) << bits | ky) << bits | kx) << bits) | (c % cut.in_chunk)
+    packed = ((c // cut.in_chunk) << s_chunk) | (ky << s_ky) | (kx << s_kx) | (c % cut.in_chunk)
     if packed.max(initial=0) >= 2**31:
         raise ValueError(f"too many input channels for vector CSR's column fields: {spec}")
     return packed.astype(np.int32)
 
 
-def _field(k: tirx.Expr, index: int) -> tirx.Expr:
+def _field(k: tirx.Expr, fields: ColumnFields, index: int) -> tirx.Expr:
     """Field `index` (0 = lane, 1 = kx, 2 = ky, 3 = chunk) of a packed column."""
-    shifted = tirx.shift_right(k, tirx.const(COLUMN_FIELD_BITS * index, "int32")) \
-        if index else k
+    shift = fields.shifts()[index]
+    shifted = tirx.shift_right(k, tirx.const(shift, "int32")) if shift else k
     if index == 3:
         return shifted
-    return tirx.bitwise_and(shifted, tirx.const((1 << COLUMN_FIELD_BITS) - 1, "int32"))
+    width = (fields.lane, fields.kx, fields.ky)[index]
+    return tirx.bitwise_and(shifted, tirx.const((1 << width) - 1, "int32"))
 
 
 def conv2d_vector_direct_csr(data: te.Tensor, val: te.Tensor, col: te.Tensor,
@@ -193,16 +214,17 @@ def conv2d_vector_direct_csr(data: te.Tensor, val: te.Tensor, col: te.Tensor,
     sh, sw = spec.strides
     dh, dw = spec.dilation
     cols = vector_csr_columns(spec)
+    fields = ColumnFields.of(spec)
     padded = pad_stored(data, spec.data_layout_, spec.padding)
 
     def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, tiles: Sequence[tirx.Var],
               pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
         (vy, vxo), (vxi, vlane) = tiles, pixels
-        h = vy * sh + _field(k, 2) * dh
-        w = (vxo * cols + vxi) * sw + _field(k, 1) * dw
+        h = vy * sh + _field(k, fields, 2) * dh
+        w = (vxo * cols + vxi) * sw + _field(k, fields, 1) * dw
         if cut.depthwise:  # one input channel per lane: the row's own
             return input_index(spec, vo, vlane, vn, h, w)
-        return input_index(spec, _field(k, 3), _field(k, 0), vn, h, w)
+        return input_index(spec, _field(k, fields, 3), _field(k, fields, 0), vn, h, w)
 
     layout = CSRRowLayout(VECTOR_CSR_ROW_NAME, VECTOR_CSR_UPDATE_NAME, input_name="Data",
                           tiles={"y": oh, "xo": ow // cols},
