@@ -17,7 +17,6 @@ from dlas.profile.operators import (
     ORT_METHOD,
     TORCH_METHOD,
     ProfiledRun,
-    ort_operator_profile,
     ort_profile_run,
     profile_peer,
     torch_profile_run,
@@ -122,7 +121,7 @@ def test_onnxruntime_profile_at_other_optimisation_levels(
         onnx_model: bytes, x: np.ndarray, tmp_path: Any, level: str) -> None:
     path = tmp_path / "model.onnx"
     path.write_bytes(onnx_model)
-    layers = ort_operator_profile(path, x, threads=1, runs=3, graph_optimization=level)
+    layers = ort_profile_run(path, x, threads=1, runs=3, graph_optimization=level).layers
     assert one(layers, "conv2d").macs == CONV_MACS
     assert one(layers, "depthwise_conv2d").macs == DEPTHWISE_MACS
     # unfused, the relu runs as its own node; fused (extended) into the conv
@@ -148,14 +147,31 @@ def test_profile_peer_dispatches_on_the_runtime(model: TinyCnn, x: np.ndarray) -
     baseline = BaselineModel(model, "float32", INPUT, threads=1)
     ort_peer, torch_peer = OrtPeer(baseline), TorchPeer(baseline)
     try:
-        ort_layers, ort_method = profile_peer(ort_peer, x, threads=1, runs=3)
-        torch_layers, torch_method = profile_peer(torch_peer, x, threads=1, runs=3)
+        ort_run = profile_peer(ort_peer, x, threads=1, runs=3)
+        torch_run = profile_peer(torch_peer, x, threads=1, runs=3)
     finally:
         torch_peer.close()
-    assert (ort_method, torch_method) == (ORT_METHOD, TORCH_METHOD)
-    for layers in (ort_layers, torch_layers):
-        assert one(layers, "conv2d").macs == CONV_MACS
-        assert one(layers, "dense").macs == DENSE_MACS
+    assert (ort_run.method, torch_run.method) == (ORT_METHOD, TORCH_METHOD)
+    for run in (ort_run, torch_run):
+        assert one(run.layers, "conv2d").macs == CONV_MACS
+        assert one(run.layers, "dense").macs == DENSE_MACS
+        assert run.unprofiled_us is not None and run.unprofiled_us > 0
+
+
+def test_a_profile_fitted_to_the_latency_adds_up_to_it(x: np.ndarray,
+                                                       onnx_model: bytes) -> None:
+    """A baseline's layers and what lies between them are shares of the profiled
+    inference: fitted to any latency, they sum to it and keep their proportions."""
+    run = ort_profile_run(onnx_model, x, threads=1, runs=RUNS)
+    latency_us = 1000.0
+    layers, outside_us, scale = run.fitted(latency_us)
+    total = sum(layer.time_us * layer.calls for layer in layers) + outside_us
+    # the layers' events lie inside the run's, but durations are whole microseconds
+    assert total == pytest.approx(latency_us * max(1.0, run.coverage))
+    assert scale == pytest.approx(latency_us / run.whole_us)
+    for fitted, raw in zip(layers, run.layers, strict=True):
+        assert fitted.time_us == pytest.approx(raw.time_us * scale)
+    assert run.layers[0].time_us != layers[0].time_us  # the run's own layers unchanged
 
     class OtherPeer(Peer):
         runtime = "other"

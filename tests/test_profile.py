@@ -133,11 +133,14 @@ def test_tvm_profile_of_a_compiled_model_adds_up(tmp_path: Path) -> None:
     assert pointwise.nnz == int(np.count_nonzero(model.pw.weight.detach().numpy())) == 32
     assert pointwise.flops == 2 * pointwise.macs and pointwise.bytes and pointwise.bytes > 0
     assert all(layer.time_us > 0 for layer in profile.layers)
-    assert profile.replay_ms is not None
-    # kernels alone add up to their replay; the model adds only the VM's own work
-    print(profile.layers_sum_ms, profile.replay_ms, profile.latency_median_ms)
-    assert 0.7 < profile.layers_sum_ms / profile.replay_ms < 1.3
-    assert 0.6 < profile.layers_sum_ms / profile.latency_median_ms < 1.2
+    assert all(layer.alone_us and layer.alone_us > 0 for layer in profile.layers)
+    assert profile.replay_ms is not None and profile.outside_us is not None
+    # kernels in sequence add up to their replay (a median of sums against a sum of
+    # medians); the model adds only the VM's own work, measured as outside them
+    print(profile.layers_sum_ms, profile.replay_ms, profile.latency_median_ms,
+          profile.outside_us)
+    assert 0.95 < profile.layers_sum_ms / profile.replay_ms < 1.05
+    assert profile.accounted is not None and 0.85 < profile.accounted < 1.15
     assert abs(sum(layer.share for layer in profile.layers) - 1.0) < 1e-6
 
 
@@ -166,6 +169,9 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     for point in points:
         assert point["error"] is None and point["latency_median_ms"] > 0
         assert point["layers"], point["algorithm"]
+        # layers plus the time outside them give the latency back, for every runtime
+        assert point["outside_us"] is not None and point["outside_us"] >= 0
+        assert 0.85 < point["accounted"] < 1.15, (point["algorithm"], point["accounted"])
         for layer in point["layers"]:
             assert {"time_us", "flops", "bytes", "roof_fraction"} <= set(layer)
         convs = [layer for layer in point["layers"] if layer["op"].endswith("conv2d")]

@@ -54,9 +54,14 @@ class LayerTime(BaseModel):
     bytes: int | None = None
     #: Times the model calls this kernel per inference (1 unless the runtime merges).
     calls: int = 1
-    #: Median microseconds per call, and its 95% CI over rounds.
+    #: Median microseconds per call, and its 95% CI over rounds, as the layer costs inside
+    #: the model: a TVM kernel timed in the model's sequence; a baseline's operator as its
+    #: profiler timed it, scaled to the unprofiled latency (`PointProfile.time_scale`).
     time_us: float
     ci_us: list[float] | None = None
+    #: TVM: the kernel timed alone (`time_evaluator`, its inputs and weights warm in
+    #: cache), microseconds per call.
+    alone_us: float | None = None
     #: Share of the point's summed layer time.
     share: float | None = None
     #: flops / bytes.
@@ -92,14 +97,31 @@ class PointProfile(BaseModel):
     #: model's time (the runtime's dispatch, allocation, copies), as a share of it.
     layers_sum_ms: float
     unaccounted: float
+    #: Microseconds per inference in no layer, measured on its own: TVM, the latency
+    #: less the kernel calls replayed back to back (the VM's own work between kernels);
+    #: a baseline, the part of its profiled inference between operators (the executor's
+    #: own work), scaled as its layers are. Layers plus outside give the latency back
+    #: (`accounted`); None in profiles stored before it existed.
+    outside_us: float | None = None
+    #: A baseline: latency / the inference as its profiler saw it. The profiler slows
+    #: what it times; its layer and outside times are scaled by this so that they are
+    #: shares of the unprofiled inference. 1 for TVM (nothing profiled it).
+    time_scale: float = 1.0
     #: TVM: the model's kernel calls replayed back to back, ms (`ReplaySubject` in
     #: `dlas.profile.tvm_kernels`): layers_sum_ms / replay_ms is how well kernels timed
     #: alone add up; latency - replay is the VM's own work between kernels.
     replay_ms: float | None = None
-    #: How the layer times were obtained ("time_evaluator per kernel", "onnxruntime
+    #: How the layer times were obtained (`dlas.profile.tvm_kernels.TVM_METHOD`, "onnxruntime
     #: profiler", "torch.profiler").
     method: str
     rounds: int = 0
     seconds: float = 0.0
     notes: list[str] = Field(default_factory=list)
     layers: list[LayerTime]
+
+    @property
+    def accounted(self) -> float | None:
+        """(layers + outside) / latency: 1 when they add up to the model's time."""
+        if self.outside_us is None or self.latency_median_ms <= 0:
+            return None
+        return (self.layers_sum_ms + self.outside_us / 1e3) / self.latency_median_ms

@@ -50,8 +50,11 @@ def point_table(item: ProfiledPoint) -> Table:
     assert profile is not None
     ci = (f" [{profile.latency_ci_ms[0]:.3f}, {profile.latency_ci_ms[1]:.3f}]"
           if profile.latency_ci_ms else "")
-    title = (f"{_point_title(item)}: {profile.latency_median_ms:.3f} ms{ci}, layers sum "
-             f"{profile.layers_sum_ms:.3f} ms ({_pct(profile.unaccounted)} outside them), "
+    outside = ("" if profile.outside_us is None else
+               f" + outside them {profile.outside_us / 1e3:.3f} ms = "
+               f"{_pct(profile.accounted)} of it")
+    title = (f"{_point_title(item)}: {profile.latency_median_ms:.3f} ms{ci}; layers "
+             f"{profile.layers_sum_ms:.3f} ms{outside}; "
              f"{len(profile.layers)} layers, placement {profile.placement}"
              + (f"; kernels replayed back to back {profile.replay_ms:.3f} ms"
                 if profile.replay_ms else ""))
@@ -70,7 +73,9 @@ def point_table(item: ProfiledPoint) -> Table:
 
 
 def as_json(result: SweepProfiles) -> dict[str, Any]:
-    """`dlas profile --json`: per point its latency and layers, and the limits used."""
+    """`dlas profile --json`: per point its latency, its layers, the time outside them
+    (`outside_us`) and how well the two add up to the latency (`accounted`), and the
+    limits used."""
     limits: list[dict[str, Any]] = []
     points = []
     for item in result.points:
@@ -81,6 +86,7 @@ def as_json(result: SweepProfiles) -> dict[str, Any]:
             "target": item.row.target, "error": item.error}
         if item.profile is not None:
             entry.update(item.profile.model_dump(exclude={"key"}))
+            entry["accounted"] = item.profile.accounted
         if item.limits is not None and item.limits not in limits:
             limits.append(item.limits)
         points.append(entry)

@@ -1,15 +1,21 @@
-"""Each kernel of a compiled TVM library timed on its own, beside the whole model.
+"""Each kernel of a compiled TVM library timed in the model's sequence and alone, beside
+the whole model.
 
 TVM 0.27 has no Relax VM profiler (removed in PR #19455), so dlas builds one from what
 is left: `VirtualMachine.set_instrument` sees every call the VM makes, with the kernel's
 symbol and its argument tensors. One instrumented run records the kernel calls in order
-(`capture_calls`); each distinct call (kernel and argument shapes) then becomes a subject
-of the product's own sampler (`dlas.measure.rounds`), timed with the library's
-`time_evaluator` on the very tensors the model passed it, interleaved round-robin with
-the other kernels and with the whole model, in rounds labelled with the vCPUs'
-placement. So a layer time and the model's latency come from the same rounds and the
-same placement, and their sum can be checked against it (`PointProfile.unaccounted`:
-what the VM's own work between kernels, its allocations and the input copy take).
+(`capture_calls`). Three kinds of subject then share the product's own sampler
+(`dlas.measure.rounds`), interleaved round-robin in rounds labelled with the vCPUs'
+placement: the whole model; the kernel calls replayed back to back, each call timed
+where it runs (`ReplaySubject`); and each distinct call (kernel and argument shapes)
+alone, with the library's `time_evaluator` on the very tensors the model passed it.
+
+A layer's time is its time in sequence: with the caches as the kernels before it left
+them, what it costs inside the model. Timed alone (`LayerTime.alone_us`) a kernel finds
+its weights warm, which made the layers of ResNet18/MobileNetV2 sum to 69-89% of the
+replay. So the layers add up to the replay, and the replay and the model's latency
+differ by the VM's own work between kernels (`PointProfile.outside_us`: dispatch,
+allocation, the input copy).
 
 Why not time the calls inside the instrument: the instrument is a Python callback around
 every call, including the VM's builtins; its own cost (microseconds) is the size of the
@@ -31,6 +37,9 @@ from dlas.profile.kernels import KernelInfo, KernelManifest, conv_algorithm
 from dlas.profile.layers import LayerTime, PointProfile
 from dlas.results.statistics import median_ci
 
+#: How a TVM profile's layers are timed.
+TVM_METHOD = ("each kernel timed in sequence (the model's kernel calls replayed back to "
+              "back), interleaved with the whole model and with each kernel alone")
 #: Each sample of a kernel lasts at least about this long (calls per sample calibrated).
 SAMPLE_MIN_S = 200e-6
 #: The policy of a profile's rounds when none is given: a CI needs about ten rounds;
@@ -110,31 +119,77 @@ class KernelSubject:
 
 class ReplaySubject:
     """Every kernel call of the model, back to back from Python, in the model's order:
-    the model without the VM's own work between kernels. Beside the whole model and the
-    summed layers it splits what the layers leave out: summed layers vs replay is how
-    far kernels timed alone (their inputs warm in cache) add up; replay vs the model is
-    the VM's own work (plus Python's call overhead, ~0.5 us a call, which the replay
-    pays and the VM does not)."""
+    the model without the VM's own work between kernels. Each call is timed where it
+    runs (`perf_counter` between calls), so a kernel's time in sequence, with the caches
+    as the kernels before it left them, is measured beside its time alone
+    (`KernelSubject`, its inputs warm); the layers of a profile take the former, so they
+    add up to the replay, and the replay and the model's latency differ by the VM's own
+    work. Python's cost of making each call, which the VM does not pay, is measured in
+    the same chunk (the same calls to a no-op) and taken out."""
 
     label = "replay of the kernel calls"
 
     def __init__(self, calls: list[KernelCall], cpus: Sequence[int]) -> None:
+        import tvm
+
         self.calls = [(c.func, c.args) for c in calls]
+        #: The same calls to a function that does nothing: Python's and the FFI's cost
+        #: of a call with these arguments (~0.8 us with four tensors on Zen 1), which
+        #: the VM does not pay; taken out of every call's time (`time`).
+        nop = tvm.get_global_func("testing.nop")
+        self.null_calls = [(nop, args) for _, args in self.calls]
         self.cpus = cpus
+        #: Per chunk the sampler took: its samples (ms, as the timing run stores them)
+        #: and each replay's per-call seconds, so that per-call times can be taken from
+        #: exactly the rounds the sampler kept (`in_sequence`).
+        self.chunks: list[tuple[list[float], list[list[float]]]] = []
 
     def time(self, n: int, warmup: int) -> list[float]:
         for _ in range(max(warmup, 1)):
             self._once()
-        out = []
-        for _ in range(n):
-            began = time.perf_counter()
-            self._once()
-            out.append(time.perf_counter() - began)
+        replays = [self._stamped(self.calls) for _ in range(n)]
+        nulls = [self._stamped(self.null_calls) for _ in range(n)]
+        cost = [float(np.median(column)) for column in zip(*nulls, strict=True)]
+        per_call = [[max(0.0, d - c) for d, c in zip(replay, cost, strict=True)]
+                    for replay in replays]
+        out = [max(0.0, sum(replay) - sum(cost)) for replay in replays]
+        self.chunks.append(([s * 1e3 for s in out], per_call))
         return out
+
+    @staticmethod
+    def _stamped(calls: list[tuple[Any, list[Any]]]) -> list[float]:
+        """One pass over `calls`, each call's seconds (`perf_counter` between calls)."""
+        clock = time.perf_counter
+        stamps = [clock()]
+        for func, args in calls:
+            func(*args)
+            stamps.append(clock())
+        return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
 
     def _once(self) -> None:
         for func, args in self.calls:
             func(*args)
+
+    def in_sequence(self, run: Any) -> list[tuple[float, list[float] | None]]:
+        """Per call: its median microseconds and 95% CI in the replays of the timing run's
+        usable rounds in its placement (those the model's latency comes from)."""
+        rounds = run.usable_rounds(run.placement) or run.rounds
+        wanted = [r.samples_ms for r in rounds if r.samples_ms]
+        matrices = [per_call for samples, per_call in self.chunks if samples in wanted]
+        out = []
+        for i in range(len(self.calls)):
+            groups = {("replay", g): [replay[i] * 1e6 for replay in m]
+                      for g, m in enumerate(matrices) if m}
+            samples = [s for g in groups.values() for s in g]
+            if not samples:
+                raise RuntimeError("the replay's rounds hold no per-call times")
+            try:
+                ci = median_ci(groups)
+                interval: list[float] | None = [ci.low, ci.high]
+            except ValueError:
+                interval = None
+            out.append((float(np.median(samples)), interval))
+        return out
 
 
 def _library(vm_library: Any, symbol: str) -> Any:
@@ -220,20 +275,27 @@ def profile_tvm(variant: Any, manifest: KernelManifest, x: np.ndarray, *,
                            pinned=pinned, say=say, on_round=on_round, seed=seed)
     outcome = sampler.run()
     figures = {label: median_and_ci(run) for label, run in outcome.runs.items()}
+    in_sequence = replay.in_sequence(outcome.runs[replay.label])
     layers = []
     for i, ((info, conv), call, label) in enumerate(zip(mapped, calls, label_of, strict=True)):
-        median_ms, ci_ms, _ = figures[label]
-        layers.append(layer_of(i, call, info, conv, median_ms * 1e3,
-                               [v * 1e3 for v in ci_ms] if ci_ms else None))
+        time_us, ci_us = in_sequence[i]
+        layer = layer_of(i, call, info, conv, time_us, ci_us)
+        layer.alone_us = figures[label][0] * 1e3
+        layers.append(layer)
     latency, latency_ci, rounds = figures[variant.label]
     replay_ms = figures[replay.label][0]
     total_ms = sum(layer.time_us for layer in layers) / 1e3
+    alone_ms = sum(layer.alone_us or 0.0 for layer in layers) / 1e3
     for layer in layers:
         layer.share = layer.time_us / 1e3 / total_ms if total_ms > 0 else None
+    notes = list(outcome.notes)
+    notes.append(f"kernels timed alone (inputs warm in cache) sum to {alone_ms:.3f} ms, "
+                 f"{alone_ms / total_ms:.0%} of their time in sequence" if total_ms > 0
+                 else "no kernel time in sequence")
     return PointProfile(
         key="", runtime="tvm", label=variant.label, threads=threads,
         placement=outcome.placement, latency_median_ms=latency, latency_ci_ms=latency_ci,
         layers_sum_ms=total_ms, unaccounted=1.0 - total_ms / latency if latency > 0 else 0.0,
-        replay_ms=replay_ms,
-        method="time_evaluator per kernel, interleaved with the whole model", rounds=rounds,
-        seconds=time.perf_counter() - start, notes=list(outcome.notes), layers=layers)
+        outside_us=max(0.0, latency - replay_ms) * 1e3, replay_ms=replay_ms,
+        method=TVM_METHOD, rounds=rounds,
+        seconds=time.perf_counter() - start, notes=notes, layers=layers)

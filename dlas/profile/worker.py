@@ -90,17 +90,22 @@ def _baseline_profile(made: Any, request: Any, emit: Any, placement: Any) -> Poi
                            say=lambda text: emit(event="note", text=text))
     outcome = sampler.run()
     latency, latency_ci, rounds = median_and_ci(outcome.runs[made.label])
-    layers, method = profile_peer(made.peer, made.x, threads=made.threads or 1,
-                                  runs=BASELINE_RUNS)
+    run = profile_peer(made.peer, made.x, threads=made.threads or 1, runs=BASELINE_RUNS)
+    layers, outside_us, scale = run.fitted(latency * 1e3)
     total_ms = sum(layer.time_us * layer.calls for layer in layers) / 1e3
     for layer in layers:
         layer.share = layer.time_us * layer.calls / 1e3 / total_ms if total_ms > 0 else None
+    notes = list(outcome.notes) + run.notes
+    notes.append(f"{run.method} saw the inference take {run.whole_us / 1e3:.3f} ms "
+                 f"(unprofiled in its own session: "
+                 + (f"{run.unprofiled_us / 1e3:.3f} ms" if run.unprofiled_us else "not timed")
+                 + f"); its times are scaled by {scale:.3f} to the latency")
     return PointProfile(
         key="", runtime=made.runtime, label=made.label, threads=made.threads,
         placement=outcome.placement, latency_median_ms=latency, latency_ci_ms=latency_ci,
         layers_sum_ms=total_ms, unaccounted=1.0 - total_ms / latency if latency > 0 else 0.0,
-        method=method, rounds=rounds, seconds=time.perf_counter() - start,
-        notes=list(outcome.notes), layers=layers)
+        outside_us=outside_us, time_scale=scale, method=run.method, rounds=rounds,
+        seconds=time.perf_counter() - start, notes=notes, layers=layers)
 
 
 def _limits(request: Any, point: Any) -> Any:

@@ -28,6 +28,7 @@ from dlas.report.profiles import (
     align_convs,
     conv_layers,
     layer_shape,
+    outside_ms,
     weight_count,
 )
 
@@ -157,8 +158,7 @@ def _layer_times(profile: PointProfile, convs: dict[int, ConvLayer],
             others[layer.op] = others.get(layer.op, 0.0) + layer.time_us * layer.calls
     for op, us in others.items():
         out[f"op:{op}"] = _Slot(f"{op} layers", us)
-    out["outside"] = _Slot(OUTSIDE, 1000.0 * (profile.latency_median_ms
-                                              - profile.layers_sum_ms))
+    out["outside"] = _Slot(OUTSIDE, 1000.0 * outside_ms(profile))
     return out
 
 

@@ -204,12 +204,8 @@ class Breakdown:
     layers_sum_ms: float
     #: ms per kind in `OPS` (kinds of no layer are 0).
     by_op: dict[str, float]
-
-    @property
-    def outside_ms(self) -> float:
-        """What the layers leave out of the latency; 0 where they add up to more (kernels
-        timed alone can: each starts with its data in cache)."""
-        return max(0.0, self.latency_ms - self.layers_sum_ms)
+    #: Time in no layer (`PointProfile.outside_us`), ms.
+    outside_ms: float
 
     def segments(self) -> dict[str, float]:
         """The stacked bar: each op kind, then the time outside the layers."""
@@ -222,7 +218,16 @@ def breakdown(item: ProfiledPoint, label: str | None = None) -> Breakdown:
     for layer in item.profile.layers:
         by_op[layer.op if layer.op in by_op else "other"] += layer_ms(layer)
     return Breakdown(label or item.label, item.profile.latency_median_ms,
-                     sum(by_op.values()), by_op)
+                     sum(by_op.values()), by_op, outside_ms(item.profile))
+
+
+def outside_ms(profile: PointProfile) -> float:
+    """A profile's time in no layer, ms: as measured (`PointProfile.outside_us`), or, in
+    a profile stored before that, what the layers leave of the latency (0 where they add
+    up to more)."""
+    if profile.outside_us is not None:
+        return profile.outside_us / 1e3
+    return max(0.0, profile.latency_median_ms - profile.layers_sum_ms)
 
 
 def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
