@@ -30,7 +30,8 @@ from dlas import registry
 from dlas.estimate import estimate_sweep
 from dlas.estimate.render import duration
 from dlas.runner.console import RunConsole
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.sweep.config import SweepConfig, parse_config
 
 SWEEP = """

@@ -258,8 +258,9 @@ def peer_main(args: argparse.Namespace) -> None:
     from dlas import registry
     from dlas.measure.placement import PlacementProbe
     from dlas.runner.cache import Cache
-    from dlas.runner.executor import StageExecutor, StageTally
+    from dlas.runner.executor import StageExecutor
     from dlas.runner.timing_worker import _EventConsole
+    from dlas.runner.workspace import StageTally
     from dlas.stages import BASELINE, IMPORT, MEASURE, stage_keys
     from dlas.stages.base import Inputs, StageEnv
     from dlas.stages.facts import MeasureFacts

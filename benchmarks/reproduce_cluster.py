@@ -34,7 +34,7 @@ from dlas.estimate.estimate import Estimate
 from dlas.estimate.measured import load_workspace
 from dlas.estimate.render import duration
 from dlas.report.reproduce import Reproduction, reproduce
-from dlas.runner.sweep_executor import Workspace
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import load_config
 
 

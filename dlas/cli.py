@@ -17,7 +17,8 @@ from rich.table import Table
 from dlas import registry
 from dlas.results.health import DamagedDatabaseError, check_database
 from dlas.runner.console import default_workspace, make_console, results_table
-from dlas.runner.executor_choice import EXECUTORS, ExecutorRefused
+from dlas.runner.executor_choice import EXECUTORS
+from dlas.runner.refused import ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
 
@@ -54,7 +55,7 @@ def _file_arg(path: Path, flag: str) -> Path:
 
 
 def _workspace(args: argparse.Namespace):  # -> Workspace (import kept lazy for fast --help)
-    from dlas.runner.runner import Workspace
+    from dlas.runner.workspace import Workspace
 
     root = _folder_arg(Path(args.workspace), "--workspace")
     cache = _folder_arg(Path(args.cache_dir), "--cache-dir") if args.cache_dir else None

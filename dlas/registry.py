@@ -19,6 +19,10 @@ from pydantic import BaseModel, ConfigDict
 
 ENTRY_POINT_GROUP = "dlas.plugins"
 
+#: Tuning-option tag: the option is a baseline runtime (PyTorch, ONNX Runtime) measured
+#: beside the TVM variants; the algorithms axis does not apply to it.
+BASELINE_TAG = "baseline"
+
 #: The six DLAS layers, in stack order; the key is also the sweep-config section name.
 LAYERS: dict[str, str] = {
     "datasets": "1 datasets",

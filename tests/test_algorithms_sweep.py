@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
 from tests.conftest import tiny_sweep
 

@@ -11,14 +11,16 @@ import numpy as np
 import pytest
 
 from dlas import registry
+from dlas.registry import BASELINE_TAG
 from dlas.report.tables import baseline_comparison, speed_cells
 from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.stages import stage_keys
 from dlas.stages.compress import QUANTIZED_ONNX
 from dlas.sweep.config import parse_config
-from dlas.sweep.grid import BASELINE_TAG, expand
+from dlas.sweep.grid import expand
 from dlas.targets.base import TargetSpec
 from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
 from dlas.tuning.baselines.ort import ONNX_FILE

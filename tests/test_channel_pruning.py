@@ -250,7 +250,8 @@ def test_channel_pruned_models_compile_and_verify_through_tvm(tmp_path) -> None:
     """Both channel pruning options through the whole runner: the masked model and the
     physically smaller one compile with TVM and match PyTorch."""
     from dlas.results.store import ResultStore
-    from dlas.runner.runner import Runner, Workspace
+    from dlas.runner.runner import Runner
+    from dlas.runner.workspace import Workspace
     from dlas.sweep.config import parse_config
     from tests.conftest import tiny_sweep
 

@@ -156,7 +156,8 @@ RUN_SWEEP = """
 import json, sys
 sys.path.insert(0, {root!r})
 import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
-from dlas.runner.runner import Runner, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
 report = Runner(Workspace(sys.argv[1]), progress=False).run(
     parse_config(open(sys.argv[2]).read()))
@@ -215,7 +216,8 @@ def test_a_run_moves_on_past_an_entry_another_process_holds_and_comes_back(
     for the pruned one once the claim is released, and computes it itself."""
     from dlas import registry
     from dlas.results.store import ResultStore
-    from dlas.runner.runner import Runner, Workspace
+    from dlas.runner.runner import Runner
+    from dlas.runner.workspace import Workspace
     from dlas.stages import stage_keys
     from dlas.sweep.config import parse_config
     from dlas.sweep.grid import expand

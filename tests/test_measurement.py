@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.stages import stage_keys
 from dlas.sweep.config import Budgets, ConfigError, parse_config
 from dlas.sweep.grid import UNKEYED_BUDGETS, digest, expand

@@ -36,7 +36,8 @@ from dlas.datasets.base import fixed_batch
 from dlas.measure.timing import load_vm, run_batch
 from dlas.measure.verify import verify_outputs
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
 from dlas.targets.host import has_vnni
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, conv_spec_of

@@ -147,7 +147,7 @@ DLAS_DRIVER = """
 import sys
 import ray
 from dlas.runner.ray_executor import RayRefused, RayRunner
-from dlas.runner.runner import Workspace
+from dlas.runner.workspace import Workspace
 runner = RayRunner(Workspace(sys.argv[1]), address=sys.argv[2], progress=False)
 try:
     with runner.session():
@@ -213,7 +213,7 @@ LOCAL_DRIVER = """
 import os, sys
 import ray
 from dlas.runner.ray_executor import RayRunner
-from dlas.runner.runner import Workspace
+from dlas.runner.workspace import Workspace
 runner = RayRunner(Workspace(sys.argv[1]), progress=False)
 with runner.session():
     mode = ray.get(ray.remote(lambda: os.environ.get("RAY_AUTH_MODE")).remote())

@@ -15,7 +15,8 @@ import pytest
 
 from dlas.results.store import ResultStore
 from dlas.runner import ray_auth
-from dlas.runner.runner import Runner, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
 from tests.conftest import tiny_sweep
 
@@ -209,7 +210,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 import tests.plugins.tiny_cnn  # noqa: F401 - registers the test model
 from dlas.runner.ray_executor import RayRunner
-from dlas.runner.runner import Workspace
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
 report = RayRunner(Workspace(sys.argv[1]), progress=False).run(
     parse_config(open(sys.argv[2]).read()))

@@ -9,7 +9,8 @@ import pytest
 
 from dlas.measure.session import NoFreeDevice, TrackerUnreachable, request_session
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.sweep.config import parse_config
 from dlas.targets.base import RPCTracker
 from tests.conftest import tiny_sweep

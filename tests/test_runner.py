@@ -9,7 +9,8 @@ import pytest
 
 from dlas import registry
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.sweep.config import parse_config
 from tests.conftest import tiny_sweep
 

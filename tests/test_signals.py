@@ -86,7 +86,8 @@ def test_an_interrupt_a_library_ate_is_not_a_failure(
         tmp_path, shared_cache, default_sigterm: None,  # noqa: ANN001
         interrupt_eating_algorithm: str) -> None:
     from dlas.results.store import ResultStore
-    from dlas.runner.runner import Runner, Workspace
+    from dlas.runner.runner import Runner
+    from dlas.runner.workspace import Workspace
     from dlas.sweep.config import parse_config
     from tests.conftest import tiny_sweep
 

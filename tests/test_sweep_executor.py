@@ -13,11 +13,13 @@ import pytest
 from dlas.cli import main
 from dlas.estimate.estimate import estimate_sweep
 from dlas.results.store import ResultStore
-from dlas.runner.executor_choice import ExecutorRefused, make_executor
+from dlas.runner.executor_choice import make_executor
 from dlas.runner.point_plan import PointPlan, plan_point
 from dlas.runner.ray_executor import RayRunner
+from dlas.runner.refused import ExecutorRefused
 from dlas.runner.runner import Runner
-from dlas.runner.sweep_executor import PlanExecutor, SweepExecutor, SweepRun, Workspace
+from dlas.runner.sweep_executor import PlanExecutor, SweepExecutor, SweepRun
+from dlas.runner.workspace import Workspace
 from dlas.stages import ALL, BY_NAME, CHAINS, RESULT_STAGES, STAGES, Stage, stage_keys
 from dlas.stages.graph import StageGraphError, chain_to, graph_order, leaves
 from dlas.sweep.config import parse_config

@@ -15,7 +15,8 @@ from dlas import registry
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import Workspace
 from dlas.sweep.config import ConfigError, parse_config
 from dlas.targets.arch import machine_arch, target_arch
 from dlas.targets.base import TargetSpec

@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dlas.results.store import ResultStore
-from dlas.runner.runner import Runner, RunReport, Workspace
+from dlas.runner.runner import Runner
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.sweep.config import parse_config
 from dlas.sweep.grid import expand
 from tests.conftest import tiny_sweep

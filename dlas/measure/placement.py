@@ -43,6 +43,18 @@ CACHE_PASSES = 3
 #: Labels. A measurement on one CPU does not synchronise across CPUs: `SINGLE` compares
 #: with every placement. `UNKNOWN`: no probe could run (no C compiler, a remote board).
 NEAR, FAR, ERRATIC, SINGLE, UNKNOWN = "near", "far", "erratic", "single", "unknown"
+
+#: Label of a chunk whose placement changed while it was taken.
+MIXED = "mixed"
+#: Label of a chunk taken while something else used a measurement CPU's core caches
+#: (most likely another guest on its SMT sibling): the cache reading right before the
+#: chunk (`cache_stream_ns`) exceeded `dlas.measure.rounds.CONTENTION_FACTOR` x that
+#: CPU's usual reading. Not used, like MIXED. The reading after the chunk is recorded
+#: but does not judge: it also reads the variant's own pool threads still spinning
+#: (after PyTorch's chunks: 10.4 ns/KiB, against 8.6 before them).
+CONTENDED = "contended"
+#: Labels of chunks that are never used for a figure.
+UNUSABLE = (MIXED, CONTENDED, ERRATIC)
 #: Preference when one placement must be chosen for a headline figure: the state a
 #: multi-threaded timing is fastest and most repeatable in first.
 PREFERENCE = (SINGLE, NEAR, FAR, UNKNOWN, ERRATIC)

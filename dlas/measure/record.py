@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dlas.measure.placement import UNUSABLE
+
 
 class TimingRound(BaseModel):
     """One round of the interleaved sampler, for one variant."""
@@ -77,8 +79,6 @@ class TimingRun(BaseModel):
     def usable_rounds(self, placement: str | None = None) -> list[TimingRound]:
         """Rounds with a known placement (not mixed, erratic or loaded), optionally only
         those in `placement`."""
-        from dlas.measure.rounds import UNUSABLE
-
         return [r for r in self.rounds
                 if r.placement not in UNUSABLE and not r.loaded
                 and (placement is None or r.placement == placement)]

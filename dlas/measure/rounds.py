@@ -44,27 +44,18 @@ import numpy as np
 
 from dlas.measure.load import CpuLoadProbe
 from dlas.measure.placement import (
-    ERRATIC,
+    CONTENDED,
+    MIXED,
     NEAR,
     PREFERENCE,
     SINGLE,
     UNKNOWN,
+    UNUSABLE,
     PlacementProbe,
     PlacementReading,
 )
 from dlas.measure.record import TimingRound, TimingRun
 
-#: Label of a chunk whose placement changed while it was taken.
-MIXED = "mixed"
-#: Label of a chunk taken while something else used a measurement CPU's core caches
-#: (most likely another guest on its SMT sibling): the cache reading right before the
-#: chunk (`dlas.measure.placement.cache_stream_ns`) exceeded `CONTENTION_FACTOR` x that
-#: CPU's usual reading. Not used, like MIXED. The reading after the chunk is recorded
-#: but does not judge: it also reads the variant's own pool threads still spinning
-#: (after PyTorch's chunks: 10.4 ns/KiB, against 8.6 before them).
-CONTENDED = "contended"
-#: Labels of chunks that are never used for a figure.
-UNUSABLE = (MIXED, CONTENDED, ERRATIC)
 #: A cache reading this many times the CPU's usual one (its 10th percentile over the
 #: run) means contention. Measured on Zen 5 (docs/timing.md): 1.3 flags 47-67% of the
 #: spells that slowed one-thread ONNX Runtime by 15% or more and 2-4% of the other

@@ -43,8 +43,7 @@ class SweepProfiles:
 def _timing_entry(point: Point) -> tuple[str, str]:
     from dlas.stages import stage_keys
 
-    keys = stage_keys(point)
-    return ("baseline", keys.baseline) if point.is_baseline else ("measure", keys.measure)
+    return stage_keys(point).result
 
 
 def profile_sweep(config: Any, workspace: Any, *, refresh: bool = False,

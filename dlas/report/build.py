@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlas.report import figures
 from dlas.report.data import NCHW, RUNTIME_NAMES, Point, latest_per_label, load_points
 from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
+from dlas.report.figures import accuracy_figure, inference_figure
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
 from dlas.report.profiles import ProfiledPoint, load_profiles, profile_section
@@ -182,7 +182,7 @@ def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Pat
                    "chosen compression ratio as the share of the model removed (95% = 20x "
                    "ideal speedup; float16 50%, int8 75%).")
         doc.add(Table(cols, rows, caption))
-        png = figures.accuracy_figure(points, table.dataset,
+        png = accuracy_figure(points, table.dataset,
                                       out / "figures" / f"accuracy-{table.dataset}.png")
         if png:
             files.append(png)
@@ -257,7 +257,7 @@ def _speed_section(doc: Document, points: list[Point], paper: Paper,
         doc.add(Table(cols, rows, caption))
     doc.add(Heading("Inference time (Figures 4-7)"))
     for dataset, device in sorted({(p.dataset, p.device) for p in points if p.is_result}):
-        png = figures.inference_figure(points, dataset, device,
+        png = inference_figure(points, dataset, device,
                                        out / "figures" / f"inference-{dataset}-{device}.png")
         if png:
             files.append(png)

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlas.profile.layers import PointProfile
+from dlas.report.breakdown import OUTSIDE, outside_ms
 from dlas.report.observations import Comparison, Observation
 from dlas.report.profiles import (
     ConvLayer,
@@ -28,15 +29,12 @@ from dlas.report.profiles import (
     align_convs,
     conv_layers,
     layer_shape,
-    outside_ms,
     weight_count,
 )
 
 #: Layers named per comparison, and comparisons shown per observation part.
 TOP_LAYERS = 3
 MAX_COMPARISONS = 3
-#: The bucket for the time outside every layer.
-OUTSIDE = "outside the layers"
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,12 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dlas.profile.layers import OPS, LayerTime
 from dlas.profile.limits import LEVELS, MachineLimits
+from dlas.report.breakdown import OUTSIDE, Breakdown
 from dlas.report.figures import _pyplot, _save
 
-if TYPE_CHECKING:
-    from dlas.report.profiles import Breakdown
-
-#: The breakdown's extra segment: the whole model's time its layers do not account for.
-OUTSIDE = "outside the layers"
 #: One colour per layer kind, the same in every chart; the outside segment is hatched.
 OP_COLORS = {"conv2d": "#4c72b0", "depthwise_conv2d": "#55a868", "dense": "#c44e52",
              "pool": "#8172b3", "elementwise": "#dd8452", "layout": "#937860",

@@ -34,9 +34,9 @@ from pydantic import ValidationError
 
 from dlas.profile.layers import OPS, LayerTime, PointProfile
 from dlas.profile.limits import LEVELS, MachineLimits, level_capacity
-from dlas.report import profile_figures
+from dlas.report.breakdown import OUTSIDE, Breakdown, layer_ms, outside_ms
 from dlas.report.data import NCHW, RUNTIME_NAMES, Point, algorithm_family
-from dlas.report.profile_figures import OUTSIDE
+from dlas.report.profile_figures import breakdown_figure, layer_speedup_figure, roofline_figure
 from dlas.report.render import Cell, Document, Heading, Image, Para, Table
 from dlas.report.tables import COMPRESSION_ORDER, FAMILY_ORDER, short
 
@@ -190,28 +190,6 @@ def unique_labels(points: list[ProfiledPoint]) -> list[str]:
 # -- 1. breakdown ---------------------------------------------------------------------------
 
 
-def layer_ms(layer: LayerTime) -> float:
-    """A layer's share of one inference, ms: its time per call x calls per inference."""
-    return layer.time_us * layer.calls / 1e3
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """One point's latency split by layer kind (ms)."""
-
-    label: str
-    latency_ms: float
-    layers_sum_ms: float
-    #: ms per kind in `OPS` (kinds of no layer are 0).
-    by_op: dict[str, float]
-    #: Time in no layer (`PointProfile.outside_us`), ms.
-    outside_ms: float
-
-    def segments(self) -> dict[str, float]:
-        """The stacked bar: each op kind, then the time outside the layers."""
-        return {**self.by_op, OUTSIDE: self.outside_ms}
-
-
 def breakdown(item: ProfiledPoint, label: str | None = None) -> Breakdown:
     """The point's latency by op kind; a kind outside `OPS` counts as "other"."""
     by_op = dict.fromkeys(OPS, 0.0)
@@ -220,14 +198,6 @@ def breakdown(item: ProfiledPoint, label: str | None = None) -> Breakdown:
     return Breakdown(label or item.label, item.profile.latency_median_ms,
                      sum(by_op.values()), by_op, outside_ms(item.profile))
 
-
-def outside_ms(profile: PointProfile) -> float:
-    """A profile's time in no layer, ms: as measured (`PointProfile.outside_us`), or, in
-    a profile stored before that, what the layers leave of the latency (0 where they add
-    up to more)."""
-    if profile.outside_us is not None:
-        return profile.outside_us / 1e3
-    return max(0.0, profile.latency_median_ms - profile.layers_sum_ms)
 
 
 def breakdown_columns(rows: Iterable[Breakdown]) -> list[str]:
@@ -641,7 +611,7 @@ def _model_breakdown(doc: Document, model: ModelKey, items: list[ProfiledPoint],
                      out: Path, files: list[Path]) -> None:
     rows = [breakdown(item, label) for item, label in zip(items, unique_labels(items),
                                                           strict=True)]
-    png = profile_figures.breakdown_figure(rows, model.title,
+    png = breakdown_figure(rows, model.title,
                                            out / "figures" / f"profile-time-{model.slug}.png")
     files.append(png)
     doc.add(Image(png, f"{model.title}: latency per point split by layer kind, plus the "
@@ -660,7 +630,7 @@ def _model_roofline(doc: Document, model: ModelKey, items: list[ProfiledPoint],
                      "limits)."))
         return
     labels = dict(zip((i.point.key for i in items), unique_labels(items), strict=True))
-    png = profile_figures.roofline_figure(
+    png = roofline_figure(
         [(labels[i.point.key], i.profile.layers) for i in selection.shown], limits,
         model.title, out / "figures" / f"profile-roofline-{model.slug}.png")
     files.append(png)
@@ -681,7 +651,7 @@ def _model_roofline(doc: Document, model: ModelKey, items: list[ProfiledPoint],
 
 def _model_speedup(doc: Document, model: ModelKey, pairs: list[PairSpeedup], out: Path,
                    files: list[Path]) -> None:
-    png = profile_figures.layer_speedup_figure(
+    png = layer_speedup_figure(
         [(f"{p.compressed.label} vs {p.dense.label}",
           [(layer.conv_index, layer.percent) for layer in p.layers]) for p in pairs],
         model.title, out / "figures" / f"profile-speedup-{model.slug}.png")

@@ -11,7 +11,8 @@ from dlas.report.build import ReportFiles, build_report
 from dlas.report.experiments import load_experiment, resolve_sweep
 
 if TYPE_CHECKING:
-    from dlas.runner.sweep_executor import RunReport, SweepExecutor, Workspace
+    from dlas.runner.sweep_executor import SweepExecutor
+    from dlas.runner.workspace import RunReport, Workspace
 
 
 @dataclass

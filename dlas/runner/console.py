@@ -18,7 +18,7 @@ from dlas.compiler.fallbacks import summary as fallback_summary
 if TYPE_CHECKING:
     from dlas.results.row import ResultRow
     from dlas.runner.cache import EntryCheck
-    from dlas.runner.runner import RunReport, Workspace
+    from dlas.runner.workspace import RunReport, Workspace
     from dlas.sweep.config import SweepConfig
     from dlas.sweep.grid import Point
 

@@ -25,15 +25,14 @@ import os
 import socket
 import time
 import traceback
-from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
 from dlas.runner.signals import interrupted
+from dlas.runner.workspace import StageTally
 from dlas.stages import BY_NAME
 from dlas.stages.base import Inputs, Job, Stage, StageEnv, StoredStage, TransientStage
 from dlas.stages.facts import Facts, MeasureFacts
@@ -66,18 +65,6 @@ class StageFailed(Exception):
     def message(self) -> str:
         """The error as a row records it: its type and text."""
         return f"{type(self.error).__name__}: {self.error}"
-
-
-@dataclass
-class StageTally:
-    """What the executor did, per stage: entries computed here, entries reused (from the
-    cache, or computed meanwhile by another process), seconds spent computing, and
-    entries found damaged (then computed again, so also counted as computed)."""
-
-    computed: Counter[str] = field(default_factory=Counter)
-    reused: Counter[str] = field(default_factory=Counter)
-    seconds: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    damaged: Counter[str] = field(default_factory=Counter)
 
 
 class StageExecutor:
@@ -250,12 +237,12 @@ class StageExecutor:
         back for it later). Claims are only ever tried, never waited for, so two
         processes timing overlapping groups cannot wait on each other.
         """
-        from dlas.stages import BASELINE, MEASURE
+        from dlas.stages.chains import result_stage
 
         out: list[Any] = [None] * len(items)
         todo: list[tuple[int, Point, StageKeys, TimedStage, str, Any]] = []
         for i, (point, keys) in enumerate(items):
-            stage: TimedStage = BASELINE if point.is_baseline else MEASURE
+            stage = result_stage(point)
             key = keys[stage.name]
             memo = self._facts.get((stage.name, key))
             if memo is not None:

@@ -7,16 +7,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from dlas.runner.refused import ExecutorRefused
+
 if TYPE_CHECKING:
-    from dlas.runner.sweep_executor import SweepExecutor, Workspace
+    from dlas.runner.sweep_executor import SweepExecutor
+    from dlas.runner.workspace import Workspace
 
 #: The executors `make_executor` knows, by the name `--executor` takes.
 EXECUTORS = ("local", "ray")
-
-
-class ExecutorRefused(Exception):
-    """The executor cannot run as asked (no Ray installed, no cluster at the address, a
-    cluster that refuses this workspace's token); the message says what to do."""
 
 
 def make_executor(kind: str, workspace: Workspace, *, address: str | None = None,

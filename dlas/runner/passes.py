@@ -19,7 +19,8 @@ every pass time every point again, whatever its history.
 from __future__ import annotations
 
 from dlas.runner.remeasure import forget_timings
-from dlas.runner.sweep_executor import RunReport, SweepExecutor
+from dlas.runner.sweep_executor import SweepExecutor
+from dlas.runner.workspace import RunReport
 from dlas.sweep.config import SweepConfig
 
 #: `remeasure` values: time again every ok point, or only those flagged noisy.

@@ -30,7 +30,8 @@ from rich.table import Table
 from dlas import registry
 from dlas.runner.cache import Cache, CacheIndex
 from dlas.stages.base import StoredStage
-from dlas.stages.keys import KeyMemo, iter_stage_keys, point_stages
+from dlas.stages.chains import point_stages
+from dlas.stages.keys import KeyMemo, iter_stage_keys
 from dlas.sweep.config import SweepConfig
 from dlas.sweep.grid import Point
 

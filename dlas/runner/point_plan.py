@@ -18,6 +18,7 @@ from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.runner.rows import finish_row, record_timing
 from dlas.stages.base import StoredStage
+from dlas.stages.chains import point_stages
 from dlas.stages.facts import (
     CompileFacts,
     CompressFacts,
@@ -26,7 +27,7 @@ from dlas.stages.facts import (
     MeasureFacts,
     TrainFacts,
 )
-from dlas.stages.keys import KeyMemo, StageKeys, point_stages, stage_keys
+from dlas.stages.keys import KeyMemo, StageKeys, stage_keys
 from dlas.stages.timed import TimedStage
 from dlas.sweep.grid import Point
 from dlas.targets.resolve import resolve_target

@@ -43,12 +43,13 @@ from dlas.runner import ray_auth
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
-from dlas.runner.executor import StageExecutor, StageFailed, StageTally
-from dlas.runner.executor_choice import ExecutorRefused
+from dlas.runner.executor import StageExecutor, StageFailed
 from dlas.runner.point_plan import PointPlan, complete_row
+from dlas.runner.refused import ExecutorRefused
 from dlas.runner.rows import failed_row, new_row, unmeasurable_row
-from dlas.runner.sweep_executor import PlanExecutor, SweepRun, Workspace
-from dlas.stages import BY_NAME, STAGES, stage_keys
+from dlas.runner.sweep_executor import PlanExecutor, SweepRun
+from dlas.runner.workspace import StageTally, Workspace
+from dlas.stages import BY_NAME, STAGES, result_stage, stage_keys
 from dlas.stages.base import StageEnv, StoredStage
 from dlas.stages.facts import CompileFacts, MeasureFacts
 from dlas.stages.keys import StageKeys
@@ -221,8 +222,7 @@ def run_timing_group_task(members: list[tuple[Point, StageKeys]], workspace_root
     executor.wait_for_claims = True  # what another process was timing: wait for it
     out = []
     for (point, keys), outcome in zip(members, outcomes, strict=True):
-        stage = BY_NAME["baseline" if point.is_baseline else "measure"]
-        assert isinstance(stage, StoredStage)
+        stage = result_stage(point)
         if isinstance(outcome, EntryBusy):
             try:
                 outcome = executor.facts(point, keys, stage)

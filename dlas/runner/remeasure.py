@@ -39,8 +39,7 @@ def forget_timings(config: SweepConfig, db_path: Path, cache: Cache, *,
             if fewer_runs_than is not None and (row.timing_runs or 0) >= fewer_runs_than:
                 continue
             keys = stage_keys(point)
-            stage, key = ("baseline", keys.baseline) if point.is_baseline else (
-                "measure", keys.measure)
+            stage, key = keys.result
             if cache.discard(stage, key):
                 dropped.append(point)
     return dropped

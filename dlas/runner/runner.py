@@ -26,13 +26,12 @@ from dlas.runner.point_plan import PointPlan, complete_row
 from dlas.runner.rows import failed_row, new_row, unmeasurable_row
 from dlas.runner.sweep_executor import (
     PlanExecutor,
-    RunReport,
     SweepRun,
-    Workspace,
     clean_stale,
     points_to_run,
     record_row,
 )
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.stages import STAGES
 from dlas.stages.base import StageEnv
 from dlas.stages.facts import CompileFacts, Facts, MeasureFacts

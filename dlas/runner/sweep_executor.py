@@ -25,8 +25,7 @@ import contextlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dlas import registry
@@ -35,46 +34,12 @@ from dlas.results.store import ResultStore
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims
 from dlas.runner.console import RunConsole
-from dlas.runner.executor import StageTally
 from dlas.runner.point_plan import PointPlan, plan_point
 from dlas.runner.rows import new_row
-from dlas.stages import STAGES
+from dlas.runner.workspace import RunReport, Workspace
 from dlas.stages.keys import KeyMemo
 from dlas.sweep.config import SweepConfig
 from dlas.sweep.grid import Point, expand
-
-
-@dataclass
-class RunReport(StageTally):
-    points: int = 0
-    ok: int = 0
-    failed: int = 0
-    verification_failed: int = 0
-    not_runnable: int = 0
-    skipped_failed: int = 0
-    interrupted: bool = False
-    wall_seconds: float = 0.0
-    rows: list[ResultRow] = field(default_factory=list)
-
-    @property
-    def recomputed_nothing(self) -> bool:
-        return not any(self.computed[s] for s in STAGES if s != "data")
-
-
-@dataclass
-class Workspace:
-    """Where a sweep's cache and results live (default: ./dlas-workspace)."""
-
-    root: Path
-    cache_dir: Path | None = None
-
-    def __post_init__(self) -> None:
-        self.root = Path(self.root)
-        self.cache_dir = Path(self.cache_dir) if self.cache_dir else self.root / "cache"
-
-    @property
-    def db_path(self) -> Path:
-        return self.root / "results.db"
 
 
 @runtime_checkable

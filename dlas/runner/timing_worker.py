@@ -103,7 +103,8 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
     from dlas.measure.placement import PlacementProbe, probe_unavailable
     from dlas.measure.rounds import RoundSampler
     from dlas.runner.cache import Cache
-    from dlas.runner.executor import StageExecutor, StageTally
+    from dlas.runner.executor import StageExecutor
+    from dlas.runner.workspace import StageTally
     from dlas.stages import BY_NAME, IMPORT, TRAIN
     from dlas.stages.base import Inputs, StageEnv
     from dlas.stages.facts import MeasureFacts

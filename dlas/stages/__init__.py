@@ -14,27 +14,23 @@ from __future__ import annotations
 
 from dlas.stages.base import Stage
 from dlas.stages.baseline import BASELINE
+from dlas.stages.chains import (
+    ALL,
+    BY_NAME,
+    CHAINS,
+    RESULT_STAGES,
+    STAGES,
+    point_stages,
+    result_stage,
+)
 from dlas.stages.compile import COMPILE
 from dlas.stages.compress import COMPRESS
 from dlas.stages.data import DATA
-from dlas.stages.graph import chain_to, graph_order, leaves
 from dlas.stages.import_model import IMPORT
 from dlas.stages.keys import KeyMemo, StageKeys, iter_stage_keys, stage_keys
 from dlas.stages.measure import MEASURE
 from dlas.stages.train import TRAIN
 
-#: Every stage, in graph order: derived from the stages' `parent` links
-#: (`dlas.stages.graph`), so a new stage with a parent takes its place everywhere.
-ALL: tuple[Stage, ...] = graph_order((DATA, TRAIN, COMPRESS, IMPORT, COMPILE, MEASURE,
-                                      BASELINE))
-BY_NAME: dict[str, Stage] = {stage.name: stage for stage in ALL}
-STAGES: tuple[str, ...] = tuple(BY_NAME)
-#: The stages whose output is a point's result (measure; baseline for a baseline point).
-RESULT_STAGES: tuple[Stage, ...] = leaves(ALL)
-#: Each result stage's chain from the root, as a point ending there runs it.
-CHAINS: dict[str, tuple[Stage, ...]] = {leaf.name: chain_to(leaf, ALL)
-                                        for leaf in RESULT_STAGES}
-
 __all__ = ["ALL", "BASELINE", "BY_NAME", "CHAINS", "COMPILE", "COMPRESS", "DATA", "IMPORT",
            "KeyMemo", "MEASURE", "RESULT_STAGES", "STAGES", "TRAIN", "Stage", "StageKeys",
-           "iter_stage_keys", "stage_keys"]
+           "iter_stage_keys", "point_stages", "result_stage", "stage_keys"]

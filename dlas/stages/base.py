@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from dlas.stages.facts import Facts
 
 if TYPE_CHECKING:
-    from dlas.runner.console import RunConsole
     from dlas.sweep.grid import Point
 
 F = TypeVar("F", bound=Facts)
@@ -47,12 +47,28 @@ class Resources:
     exclusive: bool = False
 
 
+class StageConsole(Protocol):
+    """What a stage may say while it runs: the part of the run's console
+    (`dlas.runner.console.RunConsole`) stages use. A Protocol, so that stages do not
+    import the runner that runs them."""
+
+    def note(self, text: str) -> None:
+        """One line for the user (a warning, a choice made)."""
+
+    def activity(self, text: str) -> AbstractContextManager[None]:
+        """What the stage is doing for a while (shown as a live status)."""
+
+    def epoch_reporter(self, what: str) -> Callable[[dict[str, Any], int], None] | None:
+        """A callback for training's finished epochs, or None where a live bar shows
+        them."""
+
+
 @dataclass
 class StageEnv:
     """Where stages run: the workspace and how to report (shared by all stages of a run)."""
 
     workspace_root: Path
-    console: RunConsole
+    console: StageConsole
     progress: bool = True
 
 

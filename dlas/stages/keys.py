@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dlas.stages.chains import point_stages
 from dlas.sweep.grid import Point, digest
 
 if TYPE_CHECKING:
@@ -82,13 +83,10 @@ class StageKeys:
         """The stage whose output is the point's result (measure or baseline)."""
         return self.keys[-1][0]
 
-
-def point_stages(point: Point) -> tuple[Stage[Any], ...]:
-    """The stages a point runs, root first (`dlas.stages.CHAINS`, derived from the
-    stages' parents): a baseline point's runtime replaces compile and measure."""
-    from dlas.stages import CHAINS
-
-    return CHAINS["baseline" if point.is_baseline else "measure"]
+    @property
+    def result(self) -> tuple[str, str]:
+        """The point's result stage (`last`) and its key: its timing entry."""
+        return self.keys[-1]
 
 
 def iter_stage_keys(point: Point, memo: KeyMemo | None = None,

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dlas import registry
+from dlas.registry import BASELINE_TAG
 from dlas.sweep.config import Budgets, ConfigError, SweepConfig
 
 #: Budgets read only when a result row is written (the noise flag's threshold): neither
@@ -36,9 +37,6 @@ EFFORT_BUDGETS = frozenset({"noise_retries", "noise_budget_s", "timing_rounds",
 #: Every budget outside the point key and the stage keys.
 UNKEYED_BUDGETS = ROW_ONLY_BUDGETS | EFFORT_BUDGETS
 
-#: Tuning-option tag: the option is a baseline runtime (PyTorch, ONNX Runtime) measured
-#: beside the TVM variants; the algorithms axis does not apply to it.
-BASELINE_TAG = "baseline"
 
 
 def canonical_json(obj: Any) -> str:

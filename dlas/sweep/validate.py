@@ -15,15 +15,31 @@ import json
 import reprlib
 import types
 import typing
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from dlas import registry
+from dlas.registry import BASELINE_TAG
 from dlas.sweep.yaml_source import Loc
 
-if TYPE_CHECKING:
-    from dlas.sweep.config import SweepConfig
+
+class Choice(Protocol):
+    """One choice of a layer as the sweep file gives it (`dlas.sweep.config.OptionSpec`)."""
+
+    name: str
+    params: dict[str, Any]
+
+
+class Sweep(Protocol):
+    """What the checks read of a parsed sweep (`dlas.sweep.config.SweepConfig`), as a
+    Protocol: the config module runs these checks, so this one does not import it."""
+
+    exclude: list[dict[str, str | list[str]]]
+
+    def options(self, layer: str) -> Sequence[Choice]:
+        """The layer's choices, in file order."""
 
 
 class Where:
@@ -194,7 +210,7 @@ def duplicate_choices(layer: str, parsed: list[tuple[int, Any, BaseModel]],
 # --- exclude rules --------------------------------------------------------------------
 
 
-def exclude_rules(config: SweepConfig, where: Where) -> list[str]:
+def exclude_rules(config: Sweep, where: Where) -> list[str]:
     """Rules that name unknown layers or options, or have nothing to match on."""
     problems: list[str] = []
     for i, rule in enumerate(config.exclude):
@@ -225,7 +241,7 @@ def exclude_rules(config: SweepConfig, where: Where) -> list[str]:
     return problems
 
 
-def _labels(config: SweepConfig, layer: str) -> set[str]:
+def _labels(config: Sweep, layer: str) -> set[str]:
     """The labels of a layer's choices (`direct(layout=NCHWc)`), which an exclude rule may
     name instead of an option; choices whose parameters do not parse have none."""
     out = set()
@@ -244,13 +260,11 @@ def _rule_matches(rule: dict[str, str | list[str]], combo: dict[str, str]) -> bo
     return all(combo[layer] in ([n] if isinstance(n, str) else n) for layer, n in rule.items())
 
 
-def everything_excluded(config: SweepConfig, where: Where) -> list[str]:
+def everything_excluded(config: Sweep, where: Where) -> list[str]:
     """The exclude rules together leave out every point: report it instead of a 0-point
     sweep that 'succeeds'. Checked on option names, which is what rules match."""
     if not config.exclude:
         return []
-    from dlas.sweep.grid import BASELINE_TAG
-
     baselines = {s.name for s in config.options("tuning")
                  if BASELINE_TAG in registry.get("tuning", s.name).tags}
     axes = [list(dict.fromkeys(s.name for s in config.options(layer)))

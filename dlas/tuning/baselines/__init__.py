@@ -3,6 +3,6 @@ otherwise deploy (PyTorch eager, ONNX Runtime), verified and timed exactly as th
 variants are, so reports can put every TVM variant beside them. See base.py for the
 contract and options.py for the options."""
 
-from dlas.sweep.grid import BASELINE_TAG
+from dlas.registry import BASELINE_TAG
 
 __all__ = ["BASELINE_TAG"]

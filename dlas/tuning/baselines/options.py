@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlas.registry import NoParams, register
-from dlas.sweep.grid import BASELINE_TAG
+from dlas.registry import BASELINE_TAG, NoParams, register
 from dlas.tuning.baselines.base import BaselineModel, Peer, local_cpu_only, precision_of
 from dlas.tuning.baselines.torch_eager import int8_reason
 
