@@ -11,5 +11,12 @@ if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
   (apt-get update -qq && apt-get install -y -qq qemu-user >/dev/null) \
     || echo "qemu-user could not be installed: that test will be skipped"
 fi
+# Chromium renders the HTML report headless and checks it as a reader sees it: figures
+# load, nothing wider than a 1280 px window (tests/test_report_browser.py).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "installing chromium (renders the HTML report for the browser test) ..."
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+    || echo "chromium could not be installed: the browser test will be skipped"
+fi
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
