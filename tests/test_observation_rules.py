@@ -32,13 +32,13 @@ from dlas.report.observations import (
     Analysis,
     Part,
     combine,
-    obs_2,
-    obs_7,
-    obs_9,
-    obs_10,
-    obs_11,
-    obs_12,
     observations,
+    pruned_lower_relative_speedup_when_tuned,
+    pruning_rarely_reaches_expected_speedup,
+    sparse_gemm_best_on_cpu_direct_on_gpu,
+    spatial_pack_best_on_tuned_cpu,
+    tuned_sparse_faster_than_dense_on_cifar10_not_imagenet,
+    tuning_accelerates_and_changes_best_choice,
 )
 from dlas.report.paper import load_paper
 from tests.test_report import make_db, point_from_row, points_of, row
@@ -121,7 +121,8 @@ def _tuned_pruning(dataset: str, pruned: list[tuple[float, float]]) -> list[dict
     ([(20.0, 0.1), (20.0, 0.1), (9.95, 0.2)], NOT_HELD),   # 0%-33%
 ])
 def test_obs_2_cifar10_ties_are_ties(pruned: list[tuple[float, float]], status: str) -> None:
-    cifar, imagenet = obs_2(analysis(_tuned_pruning("cifar10", pruned)))
+    cifar, imagenet = tuned_sparse_faster_than_dense_on_cifar10_not_imagenet(
+        analysis(_tuned_pruning("cifar10", pruned)))
     assert cifar.status == status
     assert cifar.comparisons and "tie(s) within noise" in cifar.evidence[0]
     assert imagenet.status == NOT_MEASURED
@@ -134,7 +135,8 @@ def test_obs_2_cifar10_ties_are_ties(pruned: list[tuple[float, float]], status: 
     ([(5.0, 0.1), (9.95, 0.2)], NOT_HELD),      # a decided win
 ])
 def test_obs_2_imagenet_never_faster(pruned: list[tuple[float, float]], status: str) -> None:
-    _, imagenet = obs_2(analysis(_tuned_pruning("imagenet", pruned)))
+    _, imagenet = tuned_sparse_faster_than_dense_on_cifar10_not_imagenet(
+        analysis(_tuned_pruning("imagenet", pruned)))
     assert imagenet.status == status
 
 
@@ -158,7 +160,7 @@ def _tuned_cpu(cases: list[tuple[float, float]]) -> list[dict[str, Any]]:
     ([(4.0, 0.1), (6.0, 0.1), (4.95, 0.2)], TIE),       # 33%-67%
 ])
 def test_obs_7_fastest_family_with_ties(cases: list[tuple[float, float]], status: str) -> None:
-    (part,) = obs_7(analysis(_tuned_cpu(cases)))
+    (part,) = spatial_pack_best_on_tuned_cpu(analysis(_tuned_cpu(cases)))
     assert part.status == status
     assert not part.needs or status == TIE
 
@@ -170,13 +172,13 @@ def test_obs_9_a_tie_among_other_families_still_decides() -> None:
     rows = [timed(5.0, 0.1, algorithm="gemm_csr", **sparse),
             timed(3.0, 0.1, algorithm="direct_csr", **sparse),
             timed(3.05, 0.1, algorithm="spatial_pack_csr", **sparse)]
-    cpu, gpu = obs_9(analysis(rows))
+    cpu, gpu = sparse_gemm_best_on_cpu_direct_on_gpu(analysis(rows))
     assert cpu.status == NOT_HELD and "0 of 1 cases, 0 tie(s)" in cpu.evidence[0]
     assert "ties with spatial_pack_csr" in cpu.evidence[1]
     assert gpu.status == NOT_MEASURED and "direct_csr" in gpu.needs and "cuda" in gpu.needs
     # gemm_csr within noise of the fastest: now it may be the fastest: a tie
     rows[0] = timed(3.02, 0.1, algorithm="gemm_csr", **sparse)
-    assert obs_9(analysis(rows))[0].status == TIE
+    assert sparse_gemm_best_on_cpu_direct_on_gpu(analysis(rows))[0].status == TIE
 
 
 # -- X, XI, XII: thresholds on statistics -------------------------------------------------------
@@ -191,7 +193,7 @@ def test_obs_10_mean_share_of_expected_speedup_on_its_interval(
         wp: tuple[float, float], status: str) -> None:
     rows = [timed(100.0, 1.0),
             timed(*wp, compression="weight_pruning", algorithm="direct_csr", sparsity=0.9)]
-    (part,) = obs_10(analysis(rows))
+    (part,) = pruning_rarely_reaches_expected_speedup(analysis(rows))
     assert part.status == status
     assert "% [" in part.evidence[0] and "a tie when the interval spans it" in part.evidence[0]
     assert part.comparisons
@@ -205,7 +207,7 @@ def test_obs_10_mean_share_of_expected_speedup_on_its_interval(
 def test_obs_11_geomean_speedup_on_its_interval(tuned: tuple[float, float],
                                                 status: str) -> None:
     rows = [timed(100.0, 1.0), timed(*tuned, tuning=TUNED)]
-    accel, _ = obs_11(analysis(rows))
+    accel, _ = tuning_accelerates_and_changes_best_choice(analysis(rows))
     assert accel.status == status
 
 
@@ -218,15 +220,15 @@ def _untuned_tuned(untuned: dict[str, tuple[float, float]],
 def test_obs_11_change_of_choice_is_a_tie_when_the_fastest_overlap() -> None:
     decided = _untuned_tuned({"direct": (10.0, 0.1), "gemm": (12.0, 0.1)},
                              {"direct": (8.0, 0.1), "gemm": (5.0, 0.1)})
-    assert obs_11(analysis(decided))[1].status == HELD
+    assert tuning_accelerates_and_changes_best_choice(analysis(decided))[1].status == HELD
     # untuned direct and gemm tie; tuned direct is decidedly fastest: it may not change
     tied = _untuned_tuned({"direct": (10.0, 0.1), "gemm": (10.05, 0.15)},
                           {"direct": (5.0, 0.1), "gemm": (8.0, 0.1)})
-    change = obs_11(analysis(tied))[1]
+    change = tuning_accelerates_and_changes_best_choice(analysis(tied))[1]
     assert change.status == TIE and "may have changed (a tie)" in " ".join(change.evidence)
     same = _untuned_tuned({"direct": (10.0, 0.1), "gemm": (12.0, 0.1)},
                           {"direct": (5.0, 0.1), "gemm": (8.0, 0.1)})
-    assert obs_11(analysis(same))[1].status == NOT_HELD
+    assert tuning_accelerates_and_changes_best_choice(analysis(same))[1].status == NOT_HELD
 
 
 @pytest.mark.parametrize(("tuned_wp", "status"), [
@@ -239,7 +241,7 @@ def test_obs_12_tuned_vs_untuned_share_on_intervals(tuned_wp: tuple[float, float
     wp = {"compression": "weight_pruning", "algorithm": "direct_csr", "sparsity": 0.9}
     rows = [timed(100.0, 1.0), timed(20.0, 1.0, **wp),
             timed(50.0, 0.5, tuning=TUNED), timed(*tuned_wp, tuning=TUNED, **wp)]
-    (part,) = obs_12(analysis(rows))
+    (part,) = pruned_lower_relative_speedup_when_tuned(analysis(rows))
     assert part.status == status
 
 
@@ -266,7 +268,7 @@ def test_every_not_measured_part_says_what_to_add_to_the_sweep() -> None:
 
 
 def test_decided_parts_need_nothing() -> None:
-    (part,) = obs_7(analysis(_tuned_cpu([(4.0, 0.1)] * 3)))
+    (part,) = spatial_pack_best_on_tuned_cpu(analysis(_tuned_cpu([(4.0, 0.1)] * 3)))
     assert part.status == HELD and part.needs == ""
 
 

@@ -19,14 +19,14 @@ from dlas.report.observations import (
     NOT_HELD,
     NOT_MEASURED,
     Analysis,
-    obs_6,
-    obs_7,
-    obs_10,
-    obs_11,
-    obs_12,
+    float16_negligible_int8_loses_accuracy,
     observations,
+    pruned_lower_relative_speedup_when_tuned,
+    pruning_rarely_reaches_expected_speedup,
+    spatial_pack_best_on_tuned_cpu,
     spearman,
     to_roman,
+    tuning_accelerates_and_changes_best_choice,
 )
 from dlas.report.paper import load_paper
 from dlas.report.speedup import averages, percent_of_expected, speedup_cells
@@ -272,10 +272,10 @@ def _tuned_cpu(spatial_wins: bool) -> list[dict[str, Any]]:
 
 
 def test_observation_7_held_not_held_and_not_measured() -> None:
-    assert obs_7(_analysis(_tuned_cpu(True)))[0].status == HELD
-    assert obs_7(_analysis(_tuned_cpu(False)))[0].status == NOT_HELD
+    assert spatial_pack_best_on_tuned_cpu(_analysis(_tuned_cpu(True)))[0].status == HELD
+    assert spatial_pack_best_on_tuned_cpu(_analysis(_tuned_cpu(False)))[0].status == NOT_HELD
     untuned_only = [row(algorithm="direct"), row(algorithm="spatial_pack", ms=1.0)]
-    assert obs_7(_analysis(untuned_only))[0].status == NOT_MEASURED
+    assert spatial_pack_best_on_tuned_cpu(_analysis(untuned_only))[0].status == NOT_MEASURED
 
 
 def test_observations_10_11_12_on_tuned_and_untuned_pruning() -> None:
@@ -288,13 +288,13 @@ def test_observations_10_11_12_on_tuned_and_untuned_pruning() -> None:
                          ms=wp_ms, tuning=tuning, sparsity=0.9)]
     a = _analysis(rows)
     # untuned 5x of 10x (50%), tuned 2x of 10x (20%): mean 35% < 50%: rarely as expected
-    (x,) = obs_10(a)
+    (x,) = pruning_rarely_reaches_expected_speedup(a)
     assert x.status == HELD and "35.0%" in x.evidence[0]
-    accel, change = obs_11(a)
+    accel, change = tuning_accelerates_and_changes_best_choice(a)
     # per model: dense direct and gemm 10x faster tuned, WP 4x: geo-mean (10*10*4)^(1/3)
     assert accel.status == HELD and "7.37x over 6 points" in accel.evidence[0]
     assert change.status == NOT_HELD  # the same algorithm and combination win either way
-    (xii,) = obs_12(a)
+    (xii,) = pruned_lower_relative_speedup_when_tuned(a)
     assert xii.status == HELD and "50.0% untuned, 20.0% tuned" in xii.evidence[0]
 
 
@@ -304,12 +304,13 @@ def test_observation_6_float16_and_int8_accuracy() -> None:
         rows += [row(model=model, accuracy=0.90),
                  row(model=model, compression="float16", accuracy=0.899),
                  row(model=model, compression="int8", accuracy=0.88)]
-    f16, i8 = obs_6(_analysis(rows), load_paper())
+    f16, i8 = float16_negligible_int8_loses_accuracy(_analysis(rows), load_paper())
     assert f16.status == HELD and "0.10 pp" in f16.evidence[0]
     assert i8.status == HELD and "2.00 pp" in i8.evidence[0] and "paper: 1.8" in i8.evidence[0]
     rows.append(row(model="mobilenetv2", accuracy=0.9))
     rows.append(row(model="mobilenetv2", compression="float16", accuracy=0.80))
-    assert obs_6(_analysis(rows), load_paper())[0].status == NOT_HELD
+    assert float16_negligible_int8_loses_accuracy(_analysis(rows), load_paper())[0].status \
+        == NOT_HELD
 
 
 def test_all_thirteen_report_a_status_and_accuracy_unavailable_is_not_a_number() -> None:

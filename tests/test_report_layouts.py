@@ -15,7 +15,15 @@ from dlas.profile.layers import PointProfile
 from dlas.report import build_report
 from dlas.report.data import NCHW, latest_per_label, layout_order
 from dlas.report.figures import inference_figure, inference_panels
-from dlas.report.observations import HELD, NOT_HELD, NOT_MEASURED, obs_7, obs_9, obs_11, obs_13
+from dlas.report.observations import (
+    HELD,
+    NOT_HELD,
+    NOT_MEASURED,
+    one_platform_generally_faster_than_another,
+    sparse_gemm_best_on_cpu_direct_on_gpu,
+    spatial_pack_best_on_tuned_cpu,
+    tuning_accelerates_and_changes_best_choice,
+)
 from dlas.report.paper import load_paper
 from dlas.report.profiles import ProfiledPoint, dense_reference
 from dlas.report.speedup import speedup_cells
@@ -189,7 +197,7 @@ def test_obs_7_sees_each_algorithm_at_its_fastest_layout_and_names_it() -> None:
         rows += [timed(5.0, 0.1, algorithm="direct", **kw),
                  timed(6.0, 0.1, algorithm="spatial_pack", **kw),  # NCHW: slower
                  ltimed("NCHW8c", 4.0, 0.1, algorithm="spatial_pack", **kw)]
-    (part,) = obs_7(analysis(rows))
+    (part,) = spatial_pack_best_on_tuned_cpu(analysis(rows))
     assert part.status == HELD and "3 of 3 cases" in part.evidence[0]
     assert all(line.endswith(": spatial_pack NCHW8c") for line in part.evidence[1:])
     # the runner-up compared is the other algorithm, never spatial pack's other layout
@@ -201,7 +209,7 @@ def test_two_layouts_of_one_algorithm_are_not_two_families() -> None:
     (as two algorithms, the faster layout would have 'won' against the slower)."""
     rows = [timed(5.0, 0.1, algorithm="spatial_pack", tuning=TUNED),
             ltimed("NCHW8c", 3.0, 0.1, algorithm="spatial_pack", tuning=TUNED)]
-    (part,) = obs_7(analysis(rows))
+    (part,) = spatial_pack_best_on_tuned_cpu(analysis(rows))
     assert part.status == NOT_MEASURED
 
 
@@ -210,14 +218,14 @@ def test_obs_9_ties_name_the_layout() -> None:
     rows = [timed(5.0, 0.1, algorithm="gemm_csr", **sparse),
             timed(3.0, 0.1, algorithm="direct_csr", **sparse),
             ltimed("NHWC", 3.05, 0.1, algorithm="spatial_pack", **sparse)]
-    cpu, _ = obs_9(analysis(rows))
+    cpu, _ = sparse_gemm_best_on_cpu_direct_on_gpu(analysis(rows))
     assert cpu.status == NOT_HELD and "ties with spatial_pack NHWC" in cpu.evidence[1]
 
 
 def test_obs_11_pairs_untuned_and_tuned_in_the_same_layout() -> None:
     rows = [timed(100.0, 1.0), timed(40.0, 0.5, tuning=TUNED),
             ltimed("NCHW8c", 50.0, 0.5), ltimed("NCHW8c", 20.0, 0.2, tuning=TUNED)]
-    accel, change = obs_11(analysis(rows))
+    accel, change = tuning_accelerates_and_changes_best_choice(analysis(rows))
     assert accel.status == HELD and "2.50x" in accel.evidence[0]
     assert "over 2 points" in accel.evidence[0]
     assert {c.case for c in accel.comparisons} == {
@@ -231,7 +239,7 @@ def test_obs_11_a_change_names_the_layouts() -> None:
     rows = [ltimed("NCHW8c", 10.0, 0.1), timed(12.0, 0.1, algorithm="gemm"),
             ltimed("NCHW8c", 8.0, 0.1, tuning=TUNED),
             timed(5.0, 0.1, algorithm="gemm", tuning=TUNED)]
-    _, change = obs_11(analysis(rows))
+    _, change = tuning_accelerates_and_changes_best_choice(analysis(rows))
     assert change.status == HELD
     assert any("direct NCHW8c untuned, gemm tuned" in line for line in change.evidence)
     assert any("Dense+direct NCHW8c untuned, Dense+gemm tuned" in line
@@ -246,7 +254,7 @@ def test_obs_13_matches_platforms_on_the_layout_the_config_asked_for() -> None:
         rows += [ltimed("NCHW16c", 2.0, 0.1, model=model),
                  ltimed("NCHW4c", 8.0, 0.1, model=model, environment=arm),
                  timed(4.0, 0.1, model=model), timed(9.0, 0.1, model=model, environment=arm)]
-    cpu, _ = obs_13(analysis(rows))
+    cpu, _ = one_platform_generally_faster_than_another(analysis(rows))
     assert cpu.status == HELD and "in 4 of 4 matched points" in cpu.evidence[0]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from dlas.profile.layers import PointProfile
 from dlas.report.breakdown import OUTSIDE, outside_ms
-from dlas.report.observations import Comparison, Observation
+from dlas.report.observations.verdict import Comparison, Observation
 from dlas.report.profiles import (
     ConvLayer,
     ProfiledPoint,
