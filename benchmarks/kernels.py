@@ -202,7 +202,8 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
     tuning = [{"name": "metaschedule", "params": tuning_params(n)} for n in budgets]
     algorithms = sorted({best[m] for m in best})
     cfg = config("kernels-tuned", sorted(best),
-                 [variant(*v.split(":")) for v in algorithms], tuning + ["onnxruntime"])
+                 [variant(*v.split(":")) for v in algorithms],
+                 tuning + ["onnxruntime", "pytorch"])
     # each model tunes only its own fastest variant, ResNet18 at both budgets (rules
     # name a parameter setting by its label)
     cfg["exclude"] = [
@@ -240,7 +241,23 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
                         "ort_ms": ort.latency_median_ms if ort else None,
                         "tuning_s": row.tuning_s, "conv_roof_fraction_median": roof,
                         "placement": row.placement})
+    accounting(profile["points"])
     return out
+
+
+def accounting(points: list[dict]) -> None:
+    """Per profiled point: do its layers and the time outside them (`outside_us`) add up
+    to its latency? (issue 27: within 10% for every runtime)."""
+    print(f"\n{'model':<12} {'runtime / variant':<40} {'latency ms':>10} {'layers ms':>9} "
+          f"{'outside ms':>10} {'accounted':>9}")
+    for p in sorted(points, key=lambda p: (p["model"], p["algorithm"], p["tuning"])):
+        if p.get("error") or p.get("outside_us") is None:
+            continue
+        what = f"{p['runtime']} {p['algorithm']} {p['tuning'][:20]}"
+        model = str(p["model"]).split("(")[0]
+        print(f"{model:<12} {what[:40]:<40} "
+              f"{p['latency_median_ms']:>10.3f} {p['layers_sum_ms']:>9.3f} "
+              f"{p['outside_us'] / 1e3:>10.3f} {p['accounted']:>9.2f}")
 
 
 if __name__ == "__main__":
