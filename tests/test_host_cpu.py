@@ -29,8 +29,8 @@ def flags_of(mcpu: str) -> list[str]:
 
 def pretend(monkeypatch: pytest.MonkeyPatch, llvm_says: str, flags: list[str]) -> None:
     monkeypatch.setattr(host, "_llvm_cpu", lambda: llvm_says)
-    monkeypatch.setattr(host, "_cpuinfo", lambda: {"model name": "AMD EPYC",
-                                                   "flags": " ".join(flags)})
+    monkeypatch.setattr(host, "cpuinfo_fields", lambda: {"model name": "AMD EPYC",
+                                                         "flags": " ".join(flags)})
     monkeypatch.setattr(host.platform, "machine", lambda: "x86_64")
 
 

@@ -15,10 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dlas.profile import host_facts
+from dlas.profile import limit_kernels as kern
 from dlas.profile import limits as lim
+from dlas.profile.cpu_table import core_features, theoretical_peak
 from dlas.profile.layers import LayerTime
-from dlas.profile.limits import MachineLimits, core_features, theoretical_peak
+from dlas.profile.limits import MachineLimits
 from dlas.profile.roofline import Roof, attainable, over_roof, place_layers
+from dlas.targets import host as targets_host
 
 ZEN3_FLAGS = ["sse2", "avx", "avx2", "fma"]
 ZEN4_FLAGS = [*ZEN3_FLAGS, "avx512f", "avx512bw", "avx512_vnni"]
@@ -58,7 +62,7 @@ def test_int8_peak_where_the_target_has_vnni(measured, host_target: dict) -> Non
     from dlas.compiler.build import make_target
 
     limits, _, _ = measured
-    if lim._target_has(make_target(host_target), "avx512vnni"):
+    if host_facts.target_has(make_target(host_target), "avx512vnni"):
         assert limits.peak_gflops["int8"] > limits.peak_gflops["float32"]
         assert limits.peak_gflops["int8"] <= (limits.theoretical_gflops["int8"]
                                               * lim.THEORETICAL_SLACK)
@@ -92,25 +96,25 @@ def test_fma_kernel_output_is_exact(host_target: dict) -> None:
     from dlas.compiler.build import make_target
 
     target = make_target(host_target)
-    lanes = lim.simd_bits(target) // 32
-    module = lim.compile_kernel(lim.fma_kernel(1, lim.FMA_CHAINS, lanes), "fma", target)
-    x = np.arange(lim.FMA_CHAINS * lanes, dtype="float32").reshape(1, lim.FMA_CHAINS, lanes)
-    y = lim._tensor(np.zeros_like(x))
-    module["fma"](lim._tensor(x), y, 1.0, 2.0**-8, 1000)
+    lanes = kern.simd_bits(target) // 32
+    module = kern.compile_kernel(kern.fma_kernel(1, kern.FMA_CHAINS, lanes), "fma", target)
+    x = np.arange(kern.FMA_CHAINS * lanes, dtype="float32").reshape(1, kern.FMA_CHAINS, lanes)
+    y = kern._tensor(np.zeros_like(x))
+    module["fma"](kern._tensor(x), y, 1.0, 2.0**-8, 1000)
     assert np.array_equal(y.numpy(), x + np.float32(1000 * 2.0**-8))
-    assert np.array_equal(lim.fma_expected(x, 1000, 2.0**-8), x + np.float32(1000 / 256))
+    assert np.array_equal(kern.fma_expected(x, 1000, 2.0**-8), x + np.float32(1000 / 256))
 
 
 def test_vnni_expected_wraps_like_int32() -> None:
     x = np.array([0, 2**31 - 9], dtype="int32")
-    assert lim.vnni_expected(x, 1).tolist() == [9, -(2**31)]
+    assert kern.vnni_expected(x, 1).tolist() == [9, -(2**31)]
 
 
 def test_simd_bits_follow_the_target_not_llvm_width() -> None:
     from dlas.compiler.build import make_target
 
-    assert lim.simd_bits(make_target({"kind": "llvm", "mcpu": "znver3"})) == 256
-    assert lim.simd_bits(make_target({"kind": "llvm", "mcpu": "znver4"})) == 512
+    assert kern.simd_bits(make_target({"kind": "llvm", "mcpu": "znver3"})) == 256
+    assert kern.simd_bits(make_target({"kind": "llvm", "mcpu": "znver4"})) == 512
 
 
 # ----------------------------------------------------------------------------- the table
@@ -163,8 +167,8 @@ def test_choose_clock_prefers_a_plausible_measurement() -> None:
 
 
 def test_sysfs_parsers_and_working_sets() -> None:
-    assert lim.parse_size("48K") == 48 << 10 and lim.parse_size("32M") == 32 << 20
-    assert lim.parse_cpu_list("0-2,5\n") == {0, 1, 2, 5}
+    assert host_facts.parse_size("48K") == 48 << 10 and host_facts.parse_size("32M") == 32 << 20
+    assert host_facts.parse_cpu_list("0-2,5\n") == {0, 1, 2, 5}
     sizes = {"L1": 48 << 10, "L2": 1 << 20, "L3": 32 << 20, "DRAM": 1 << 34}
     sets = lim.working_sets(sizes, ["L1", "L2"], 2, [])
     assert sets == {"L1": 48 << 10, "L2": 1 << 20, "L3": 16 << 20, "DRAM": 256 << 20}
@@ -264,10 +268,10 @@ def test_a_target_this_cpu_cannot_run_is_refused(monkeypatch) -> None:
     from dlas.targets.host import X86_FEATURE_FLAGS, llvm_cpu_features
 
     zen3 = [X86_FEATURE_FLAGS[f] for f in llvm_cpu_features("znver3") if f in X86_FEATURE_FLAGS]
-    monkeypatch.setattr(lim, "cpuinfo_fields", lambda: {"flags": " ".join(zen3)})
+    monkeypatch.setattr(targets_host, "cpuinfo_fields", lambda: {"flags": " ".join(zen3)})
     with pytest.raises(ValueError, match="avx512f"):
-        lim.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver4"}))
-    lim.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver3"}))
+        host_facts.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver4"}))
+    host_facts.check_runs_here(make_target({"kind": "llvm", "mcpu": "znver3"}))
 
 
 def test_parallel_clock_waits_then_notes_threads_sharing_a_cpu(monkeypatch) -> None:

@@ -1,4 +1,4 @@
-"""Per-operator profiles of the baselines (`dlas.profile.operators`): ONNX Runtime's and
+"""Per-operator profiles of the baselines (`dlas.profile.peer_profile`): ONNX Runtime's and
 PyTorch's own profilers find a tiny CNN's conv, depthwise conv and dense layer with the
 work computed by hand, the non-zeros of a partly zeroed weight, positive times, and
 layer times that add up to most of the whole inference as the same profiler timed it."""
@@ -13,14 +13,10 @@ import torch
 from torch import nn
 
 from dlas.profile.layers import LayerTime
-from dlas.profile.operators import (
-    ORT_METHOD,
-    TORCH_METHOD,
-    ProfiledRun,
-    ort_profile_run,
-    profile_peer,
-    torch_profile_run,
-)
+from dlas.profile.ort_profile import ORT_METHOD, ort_profile_run
+from dlas.profile.peer_profile import profile_peer
+from dlas.profile.profiled_run import ProfiledRun
+from dlas.profile.torch_profile import TORCH_METHOD, torch_profile_run
 from dlas.tuning.baselines.base import BaselineModel, Peer
 
 INPUT = (3, 64, 64)

@@ -5,7 +5,11 @@ limits (peak FLOP/s, bandwidth per memory level) and the roofline that relates t
 * `kernels`: which compiled kernel computes which layer of the model (TVM points).
 * `tvm_kernels`: each kernel of a compiled library timed on its own, through the
   product's sampler (`dlas.measure.rounds`), beside the whole model in the same rounds.
-* `operators`: the baselines' own profilers (ONNX Runtime's, `torch.profiler`).
-* `limits`: the machine's limits, measured once per target and cached.
+* `peer_profile`: a baseline's layers by its runtime's own profiler: `ort_profile`
+  (ONNX Runtime's), `torch_profile` (`torch.profiler`), both giving a `ProfiledRun`
+  (`profiled_run`) whose conv and dense layers carry the model's work (`work`).
+* `limits`: the machine's limits, measured once per target and cached; the kernels that
+  measure them (`limit_kernels`), the CPU table of theoretical peaks (`cpu_table`) and
+  what they read of the host (`host_facts`).
 * `roofline`: each layer's arithmetic intensity, attainable roof and fraction of it.
 """

@@ -5,7 +5,7 @@ pinned threads, in a fresh process; here each is profiled layer by layer.
 * A TVM variant: its kernels timed one by one beside the whole model
   (`dlas.profile.tvm_kernels`), mapped back to the model's layers through the kernel
   manifest (`dlas.profile.kernels`).
-* A baseline: its runtime's own profiler (`dlas.profile.operators`); the whole model is
+* A baseline: its runtime's own profiler (`dlas.profile.peer_profile`); the whole model is
   timed by the same sampler as a TVM variant, so latencies mean the same thing.
 
 Every layer is then placed on the machine's roofline (`dlas.profile.roofline`), with
@@ -80,7 +80,7 @@ def _tvm_profile(member: Any, made: Any, inputs: Any, request: Any, emit: Any,
 
 def _baseline_profile(made: Any, request: Any, emit: Any, placement: Any) -> PointProfile:
     from dlas.measure.rounds import RoundSampler
-    from dlas.profile.operators import profile_peer
+    from dlas.profile.peer_profile import profile_peer
     from dlas.profile.tvm_kernels import median_and_ci
 
     start = time.perf_counter()

@@ -35,8 +35,14 @@ _X86_BY_FLAG = [
 ]
 
 
-def _cpuinfo() -> dict[str, str]:
-    """The first processor's key/value block of /proc/cpuinfo (plus arm's global keys)."""
+def cpuinfo_fields() -> dict[str, str]:
+    """The first processor's key/value block of /proc/cpuinfo (plus arm's global keys);
+    empty where there is none.
+
+    The one reader of /proc/cpuinfo in dlas: the host target and the profile's CPU table
+    and cache keys (`dlas.profile.host_facts`) must see the same CPU, and tests force one
+    CPU on both by replacing this function.
+    """
     info: dict[str, str] = {}
     path = Path("/proc/cpuinfo")
     if not path.exists():
@@ -47,6 +53,15 @@ def _cpuinfo() -> dict[str, str]:
         key, _, value = line.partition(":")
         info.setdefault(key.strip(), value.strip())
     return info
+
+
+def cpuinfo_int(fields: dict[str, str], key: str) -> int:
+    """An integer field of `cpuinfo_fields` ("cpu family", "model"; decimal or 0x-hex),
+    0 where it is missing or not a number (a CPU the table then does not know)."""
+    try:
+        return int(fields.get(key, "0"), 0)
+    except ValueError:
+        return 0
 
 
 def allowed_cpus() -> list[int]:
@@ -177,7 +192,7 @@ def runnable_mcpu(mcpu: str, flags: list[str] | tuple[str, ...]) -> tuple[str, l
 
 def detect_host_cpu() -> dict:
     """Describe this machine's CPU: model, ISA flags, usable cores, LLVM mcpu, arch."""
-    info = _cpuinfo()
+    info = cpuinfo_fields()
     arch = platform.machine()
     model = (
         info.get("model name")
