@@ -16,7 +16,13 @@ from rich.table import Table
 
 from dlas import registry
 from dlas.results.health import DamagedDatabaseError, check_database
-from dlas.runner.console import default_workspace, make_console, results_table
+from dlas.runner.console import (
+    column_names,
+    default_workspace,
+    make_console,
+    print_results,
+    results_table,
+)
 from dlas.runner.executor_choice import EXECUTORS
 from dlas.runner.refused import ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
@@ -90,17 +96,35 @@ def _schema_summary(option: registry.Option) -> str:
     return "; ".join(parts) or "-"
 
 
+def _source_parts(source: str) -> tuple[str, str]:
+    """('dlas 0.1.0', "entry point 'models' = dlas.models.options") of an option's
+    source; a source in another form is all short name."""
+    name, sep, detail = source.partition(" (")
+    return (name, detail[:-1]) if sep and detail.endswith(")") else (source, "")
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     for layer, title in registry.LAYERS.items():
         if args.layer and layer != args.layer:
             continue
         table = Table(title=f"layer {title}  (config key: {layer})", title_justify="left")
-        for col in ("option", "description", "parameters", "version", "from"):
-            table.add_column(col, overflow="fold")
+        # names stay whole; prose and parameter lists wrap (a reference, read in full)
+        table.add_column("option", no_wrap=True)
+        table.add_column("description", overflow="fold", ratio=3)
+        table.add_column("parameters", overflow="fold", ratio=3)
+        table.add_column("version", no_wrap=True)
+        table.add_column("from", no_wrap=True)
+        sources: dict[str, str] = {}
         for opt in registry.list_options(layer):
-            cells = (opt.name, opt.description, _schema_summary(opt), opt.version, opt.source)
+            name, detail = _source_parts(opt.source)
+            if detail:
+                sources[name] = detail
+            cells = (opt.name, opt.description, _schema_summary(opt), opt.version, name)
             table.add_row(*(escape(c) for c in cells))  # "list[float]" is not rich markup
         console.print(table)
+        for name, detail in sources.items():  # where each distribution registered them
+            console.print(f"  {name}: {detail}", markup=False, highlight=False,
+                          soft_wrap=False)
     return 0
 
 
@@ -263,6 +287,7 @@ def profile_layers(config: Any, workspace: Any) -> None:
 def cmd_results(args: argparse.Namespace) -> int:
     from dlas.results.store import ResultStore
 
+    columns = _columns_arg(args.columns)
     ws = _workspace(args)
     if not ws.db_path.exists():
         console.print(f"no results database at {ws.db_path}; run a sweep first "
@@ -275,9 +300,27 @@ def cmd_results(args: argparse.Namespace) -> int:
             console.print(f"wrote {n} rows to {args.csv}")
         if args.json:
             print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
-        else:
-            console.print(results_table(rows, title=f"results in {ws.db_path} ({len(rows)} rows)"))
+            return 0
+    title = f"results in {ws.db_path} ({len(rows)} rows)"
+    if args.wide:
+        console.print(results_table(rows, title=title))
+    else:
+        print_results(console, rows, title, columns)
     return 0
+
+
+def _columns_arg(text: str | None) -> list[str] | None:
+    """`--columns a,b,c`: the names, each a results column (else a usage error that
+    lists them all)."""
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    valid = column_names()
+    unknown = [n for n in names if n not in valid]
+    if unknown or not names:
+        said = f"unknown column(s) {', '.join(unknown)}" if unknown else "no column named"
+        raise UsageError(f"--columns: {said}; the columns are: {', '.join(valid)}")
+    return names
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -302,7 +345,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 shown.append(item.limits)
                 console.print(limits_line(item.limits), markup=False)
             if item.profile is not None:
-                console.print(point_table(item))
+                console.print(point_table(item, console.width))
             else:
                 console.print(f"{item.point.describe()}: not profiled ({item.error})", markup=False)
     if result.unmeasured:
@@ -494,7 +537,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep")
     p.add_argument("--status", choices=["ok", "failed", "verification_failed", "not_runnable"])
     p.add_argument("--csv", help="write the selected rows (all columns) to this CSV file")
-    p.add_argument("--json", action="store_true", help="print rows as JSON")
+    p.add_argument("--json", action="store_true", help="print rows as JSON (all columns)")
+    view = p.add_mutually_exclusive_group()
+    view.add_argument("--wide", action="store_true",
+                      help="every summary column (status ... error), cells folded to fit, "
+                           "instead of the default one line a row")
+    view.add_argument("--columns", metavar="A,B,C",
+                      help="these columns, one line a row (any field of the results table, "
+                           "e.g. status,model,latency_median_ms,layout,error)")
     p.set_defaults(fn=cmd_results)
 
     p = sub.add_parser("report", help="build the HTML + Markdown report (tables, figures, "

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from dlas.profile.collect import ProfiledPoint, SweepProfiles
 from dlas.profile.layers import LayerTime
+from dlas.runner.fit import Column, fitted_table
 
 #: Layers shown per point in the console (all of them are in the JSON).
 TOP_LAYERS = 8
@@ -45,7 +46,23 @@ def limits_line(limits: dict[str, Any]) -> str:
             f"bandwidth GB/s: {levels}")
 
 
-def point_table(item: ProfiledPoint) -> Table:
+#: The per-layer table's columns: the numbers are never cut; a layer's name gives way
+#: first (cut with an ellipsis), then its shape; `bound` is left out before the rest.
+_LAYER_COLUMNS = (
+    Column("#", "#", justify="right"),
+    Column("layer", "layer", min_width=12, max_width=40, flexible=True),
+    Column("op", "op"),
+    Column("shape", "shape", min_width=10),
+    Column("us", "us", justify="right"),
+    Column("share", "share", justify="right"),
+    Column("gflops", "GFLOP/s", justify="right"),
+    Column("roof", "roof", justify="right"),
+    Column("bound", "bound", priority=10),
+)
+
+
+def point_table(item: ProfiledPoint, width: int | None = None) -> Table:
+    """The point's costliest layers, one line each in `width` columns (unbounded: None)."""
     profile = item.profile
     assert profile is not None
     ci = (f" [{profile.latency_ci_ms[0]:.3f}, {profile.latency_ci_ms[1]:.3f}]"
@@ -58,17 +75,13 @@ def point_table(item: ProfiledPoint) -> Table:
              f"{len(profile.layers)} layers, placement {profile.placement}"
              + (f"; kernels replayed back to back {profile.replay_ms:.3f} ms"
                 if profile.replay_ms else ""))
-    table = Table(title=title, title_justify="left")
-    for name in ("#", "layer", "op", "shape", "us", "share", "GFLOP/s", "roof", "bound"):
-        table.add_column(name, justify="right" if name in ("#", "us", "share", "GFLOP/s",
-                                                             "roof") else "left")
     top = sorted(profile.layers, key=lambda layer: -layer.time_us * layer.calls)[:TOP_LAYERS]
-    for layer in sorted(top, key=lambda layer: layer.index):
-        table.add_row(str(layer.index), layer.name[:40], layer.op, _shape(layer),
-                      f"{layer.time_us:.1f}", _pct(layer.share),
-                      "" if layer.gflops is None else f"{layer.gflops:.1f}",
-                      _pct(layer.roof_fraction),
-                      f"{layer.bound or ''} {layer.roof_level or ''}".strip())
+    rows = [[str(layer.index), layer.name, layer.op, _shape(layer), f"{layer.time_us:.1f}",
+             _pct(layer.share), "" if layer.gflops is None else f"{layer.gflops:.1f}",
+             _pct(layer.roof_fraction), f"{layer.bound or ''} {layer.roof_level or ''}".strip()]
+            for layer in sorted(top, key=lambda layer: layer.index)]
+    table = fitted_table(_LAYER_COLUMNS, rows, width or 10**6).table
+    table.title = title
     return table
 
 

@@ -29,7 +29,8 @@ from dlas.results.row import COLUMNS, JSON_COLUMNS, STATUSES, ResultRow
 __all__ = ["COLUMNS", "JSON_COLUMNS", "STATUSES", "SUMMARY_COLUMNS", "DamagedDatabaseError",
            "ResultRow", "ResultStore"]
 
-#: Columns `dlas results` shows by default (the rest go to CSV and JSON).
+#: Columns `dlas results --wide` shows (the default view is `BRIEF_COLUMNS` in
+#: `dlas.runner.console`, one line a row; every column goes to CSV and JSON).
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
     "sparsity", "latency_median_ms", "latency_ci_ms", "placement", "threads", "verified",

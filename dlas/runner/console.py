@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from dlas.compiler.fallbacks import summary as fallback_summary
+from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
+from dlas.runner.labels import legend_lines, short_labels
+from dlas.runner.summary import ms_text
 
 if TYPE_CHECKING:
     from dlas.results.row import ResultRow
@@ -26,9 +31,18 @@ _STATUS_STYLE = {"ok": "green", "failed": "red", "verification_failed": "red bol
                  "not_runnable": "yellow"}
 
 
+#: Width of output that is not a terminal (logs, CI, a pipe) when $COLUMNS does not say
+#: one: wide enough that log lines do not fold.
+PIPE_WIDTH = 240
+
+
 def make_console() -> Console:
-    """Rich console; when output is not a terminal (logs, CI), wide enough not to fold."""
-    width = None if sys.stdout.isatty() else 240
+    """Rich console as wide as the terminal. $COLUMNS, where set, wins (rich reads it
+    itself when given no width), so `COLUMNS=120 dlas results | less` lays tables out
+    for 120 columns; output that is not a terminal and has no $COLUMNS (logs, CI) gets
+    `PIPE_WIDTH`, wide enough not to fold."""
+    columns = os.environ.get("COLUMNS", "")
+    width = None if columns.isdigit() or sys.stdout.isatty() else PIPE_WIDTH
     # no `file`: rich then writes to whatever sys.stdout is at print time
     return Console(highlight=False, soft_wrap=True, width=width)
 
@@ -105,11 +119,14 @@ class RunConsole:
         #: The run's results table in its summary; a run in timing passes
         #: (`dlas.runner.passes`) prints it once, after the last pass.
         self.table_in_summary = True
+        #: The run's workspace (`sweep_header`), for the commands the summary names.
+        self.workspace_root: Path | None = None
 
     def note(self, text: str) -> None:
         self.out.print(text)
 
     def sweep_header(self, config: SweepConfig, points: list[Point], workspace: Workspace) -> None:
+        self.workspace_root = workspace.root
         blocked = sum(1 for p in points if p.blocked)
         self.out.print(f"[bold]sweep '{escape(config.name)}'[/]: {len(points)} points "
                        f"({blocked} not runnable); workspace {workspace.root}")
@@ -235,12 +252,20 @@ class RunConsole:
         self.out.print(f"    timing    {sum(seen.values())} rounds ({where})")
 
     def summary(self, report: RunReport) -> None:
+        """The end of a run: the stage tallies and counts, then what the study found
+        (`dlas.runner.summary`), which ends with the commands that show the rest."""
+        self.counts(report)
         if report.rows and self.table_in_summary:
             self.results(report)
-        self.counts(report)
 
     def results(self, report: RunReport) -> None:
-        self.out.print(results_table(report.rows, title="results of this sweep"))
+        """The study summary of the run's rows, at most `SUMMARY_WIDTH` wide."""
+        from dlas.runner.summary import SUMMARY_WIDTH, more_line, study_lines
+
+        flag, report_dir = _workspace_flag(self.workspace_root)
+        width = min(self.out.width, SUMMARY_WIDTH)
+        for line in study_lines(report.rows, more=more_line(flag, report_dir), width=width):
+            self.out.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def counts(self, report: RunReport) -> None:
         """The stage tallies and point counts of a run (or of one timing pass)."""
@@ -271,6 +296,8 @@ class RunConsole:
 
 def results_table(rows: list[ResultRow], title: str = "results",
                   columns: list[str] | None = None) -> Table:
+    """Every row with every column of `columns` (default `SUMMARY_COLUMNS`), cells folded
+    to fit: `dlas results --wide`. The default view is `print_results`."""
     from dlas.results.store import SUMMARY_COLUMNS
 
     columns = columns or SUMMARY_COLUMNS
@@ -300,5 +327,127 @@ def results_table(rows: list[ResultRow], title: str = "results",
     return table
 
 
+#: What `dlas results` shows by default: the columns a reader compares rows by, one line
+#: a row at 120 columns (`--wide`: `SUMMARY_COLUMNS`; `--columns`: any of `column_names`).
+BRIEF_COLUMNS = ["status", "model", "compression", "algorithm", "tuning",
+                 "latency_median_ms", "latency_ci_ms", "accuracy", "note"]
+#: Columns computed from a row rather than stored as a field.
+DERIVED_COLUMNS = ("latency_ci_ms", "latency_iqr_ms", "note")
+#: Columns holding option labels, shortened in the brief view (`dlas.runner.labels`).
+LABEL_COLUMNS = ("dataset", "model", "compression", "algorithm", "tuning", "target")
+#: Which brief columns give way first when the terminal is narrow (lowest first); the
+#: rest are never left out.
+_PRIORITY = {"note": 10, "latency_ci_ms": 20, "accuracy": 30}
+#: 'verification_failed' is the widest cell of its column: six characters more for the note.
+_BRIEF_STATUS = {"verification_failed": "verify_failed"}
+_BRIEF_HEADERS = {"latency_median_ms": "median", "latency_ci_ms": "95% CI",
+                  "latency_iqr_ms": "IQR"}
+
+
+def column_names() -> list[str]:
+    """Every name `dlas results --columns` takes: the row's fields and the derived ones."""
+    from dlas.results.row import ResultRow
+
+    return [*ResultRow.model_fields, *DERIVED_COLUMNS]
+
+
+def row_note(row: ResultRow) -> str:
+    """A row's note: why it failed or could not run (its first line; a failure says the
+    stage), or its noisy mark (why: `--columns ...,noise_reason`)."""
+    if row.status != "ok" and row.error and row.error.strip():
+        first = row.error.strip().splitlines()[0]
+        stage = row.error_stage if row.status != "not_runnable" else None
+        return f"{stage}: {first}" if stage else first
+    return "noisy" if row.noisy else ""
+
+
+def _is_number(col: str) -> bool:
+    """Whether a column holds numbers (right-aligned, never cut)."""
+    from dlas.results.row import ResultRow
+
+    if col == "latency_iqr_ms":
+        return True
+    field = ResultRow.model_fields.get(col)
+    if field is None:
+        return False
+    kinds = set(get_args(field.annotation)) or {field.annotation}
+    return bool(kinds & {int, float})
+
+
+def _brief_cell(row: ResultRow, col: str, labels: dict[str, dict[str, str]]) -> Text:
+    if col == "status":
+        return Text(_BRIEF_STATUS.get(row.status, row.status),
+                    style=_STATUS_STYLE.get(row.status, ""))
+    if col == "note":
+        return Text(row_note(row), style="yellow" if row.status == "ok" else "")
+    if col == "latency_ci_ms":
+        lo, hi = row.latency_ci_low_ms, row.latency_ci_high_ms
+        text = "-" if lo is None or hi is None else f"[{ms_text(lo)}, {ms_text(hi)}]"
+        return Text(text, style="yellow" if row.noisy else "")
+    value = row.latency_iqr_ms if col == "latency_iqr_ms" else getattr(row, col)
+    if col.startswith("latency_") and col.endswith("_ms") and _is_number(col):
+        return Text(ms_text(value))
+    if col in LABEL_COLUMNS and value:
+        return Text(labels[col].get(value, value))
+    if col == "verified":
+        return Text("-" if value is None else ("yes" if value else "NO"))
+    if col in ACCURACY_COLUMNS:
+        return Text(_accuracy(row, col, 4))
+    text = _fmt(value, 4)
+    return Text(text.splitlines()[0] if text.strip() else text)
+
+
+def _brief_column(col: str, picked: bool) -> Column:
+    header = _BRIEF_HEADERS.get(col, col)
+    number = _is_number(col)
+    priority = None if picked else _PRIORITY.get(col, None if col in BRIEF_COLUMNS else 5)
+    flexible = col in ("note", "error")
+    min_width = 5 if flexible else 8 if col in LABEL_COLUMNS or not number else None
+    if col == "status":
+        min_width = None
+    return Column(col, header, justify="right" if number else "left", priority=priority,
+                  min_width=min_width, flexible=flexible)
+
+
+def print_results(out: Console, rows: list[ResultRow], title: str,
+                  columns: list[str] | None = None) -> None:
+    """The results as one line a row in `out`'s width (`dlas results`): `columns`
+    (default `BRIEF_COLUMNS`; a column asked for is never left out), option labels
+    shortened with a legend under the table, a note that does not fit given in full
+    below it, and the columns left out for width named."""
+    picked = columns is not None
+    columns = columns or BRIEF_COLUMNS
+    labels = {col: short_labels(getattr(r, col) for r in rows)
+              for col in LABEL_COLUMNS if col in columns}
+    specs = [_brief_column(col, picked) for col in columns]
+    cells = [[_brief_cell(row, col, labels) for col in columns] for row in rows]
+    footnotes = Footnotes()
+    fitted = fitted_table(specs, cells, out.width, footnotes=footnotes)
+    times = [c for c in ("latency_median_ms", "latency_ci_ms") if c in fitted.widths]
+    if times:
+        title += "; median and 95% CI in ms" if len(times) == 2 else "; times in ms"
+    fitted.table.title = title
+    out.print(fitted.table)
+    shown = {full: short for col, table in labels.items() if col in fitted.widths
+             for full, short in table.items()}
+    for line in [*legend_lines(shown, out.width), *footnotes.lines(out.width),
+                 *left_out_line(fitted, "--wide, --columns or a wider terminal shows them")]:
+        out.print(line, markup=False, highlight=False)
+
+
 def default_workspace() -> Path:
     return Path.cwd() / "dlas-workspace"
+
+
+def _workspace_flag(root: Path | None) -> tuple[str | None, str]:
+    """(the `--workspace` value commands need to find `root`, None where their default
+    finds it; the report's default folder as the user would type it)."""
+    if root is None:
+        return None, "WORKSPACE/report"
+    default = Path(os.environ.get("DLAS_WORKSPACE") or default_workspace())
+    try:
+        shown = str(Path(root).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        shown = str(root)
+    same = Path(root).resolve() == default.resolve()
+    return (None if same else shown), str(Path(shown) / "report")

@@ -25,10 +25,12 @@ from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.text import Text
 
 from dlas import registry
 from dlas.runner.cache import Cache, CacheIndex
+from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
+from dlas.runner.labels import legend_lines, short_labels, wrap
 from dlas.stages.base import StoredStage
 from dlas.stages.chains import point_stages
 from dlas.stages.keys import KeyMemo, iter_stage_keys
@@ -168,16 +170,45 @@ def totals_line(points: int, runnable: int, cache_dir: Path) -> str:
             f"cache {cache_dir}")
 
 
+def plan_table(title: str, plans: Sequence[PointPlan], width: int) -> list[Any]:
+    """What `dlas plan` prints for `plans` (`PointPlan`s): lines and a table, a line a
+    point in `width`. A layer with one choice for every point is said once above the
+    table, labels are shortened (legend below), and a status too long for its cell (why
+    a point cannot run) is given in full below."""
+    labels = [p.point.labels() for p in plans]
+    layers = list(registry.LAYERS)
+    same = {layer: labels[0][layer] for layer in layers
+            if len(plans) > 1 and len({row[layer] for row in labels}) == 1}
+    varied = [layer for layer in layers if layer not in same]
+    short = {layer: short_labels(row[layer] for row in labels) for layer in varied}
+    columns = [Column("#", "#", justify="right"),
+               *(Column(layer, layer, min_width=6) for layer in varied),
+               Column("status", "cached stages / status", min_width=18, flexible=True)]
+    rows = [[str(i), *(short[layer][row[layer]] for layer in varied),
+             Text.from_markup(plan.status())]
+            for i, (plan, row) in enumerate(zip(plans, labels, strict=True), 1)]
+    footnotes = Footnotes()
+    fitted = fitted_table(columns, rows, width, footnotes=footnotes)
+    out: list = [title]
+    if same:
+        out += wrap("every point: " + "; ".join(f"{layer} {label}"
+                                                for layer, label in same.items()),
+                    width, rest="  ")
+    out.append(fitted.table)
+    shown = {full: s for layer in varied if layer in fitted.widths
+             for full, s in short[layer].items()}
+    out += [*legend_lines(shown, width), *footnotes.lines(width, "status in full:"),
+            *left_out_line(fitted)]
+    return out
+
+
 def print_table(config: SweepConfig, plans: Sequence[PointPlan], excluded: int,
                 cache_dir: Path, console: Console) -> None:
-    """Every point, one row each (the plan of a small grid, or `--all`)."""
-    table = Table(title=f"sweep '{config.name}': {len(plans)} points{_left_out(excluded)}",
-                  title_justify="left")
-    for col in ("#", *registry.LAYERS, "cached stages / status"):
-        table.add_column(col, overflow="fold")
-    for i, plan in enumerate(plans, 1):
-        table.add_row(str(i), *map(escape, plan.point.labels().values()), plan.status())
-    console.print(table)
+    """Every point, one line each, at the console's width (the plan of a small grid, or
+    `--all`)."""
+    title = f"sweep '{config.name}': {len(plans)} points{_left_out(excluded)}"
+    for part in plan_table(title, plans, console.width):
+        console.print(part, markup=False, highlight=False)
     runnable = sum(1 for p in plans if not p.point.blocked)
     console.print(totals_line(len(plans), runnable, cache_dir), markup=False)
 
