@@ -272,7 +272,7 @@ def profile_layers(config: Any, workspace: Any) -> None:
     """`--profile-layers`: every measured point of the sweep without a current profile
     gets one (`dlas profile`); a point that cannot be profiled is said, and the sweep's
     exit status stays the run's."""
-    from dlas.profile.collect import profile_sweep
+    from dlas.runner.profiling import profile_sweep
 
     result = profile_sweep(config, workspace,
                            note=lambda text: console.print(text, markup=False))
@@ -324,8 +324,8 @@ def _columns_arg(text: str | None) -> list[str] | None:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from dlas.profile.collect import profile_sweep
-    from dlas.profile.render import as_json, limits_line, point_table
+    from dlas.runner.profile_console import as_json, limits_line, point_table
+    from dlas.runner.profiling import profile_sweep
 
     config = load_config(args.config)
     ws = _workspace(args)

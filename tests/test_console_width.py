@@ -255,9 +255,9 @@ def test_plugins_fit_120(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_profile_point_table_fits(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlas.profile.collect import ProfiledPoint
-    from dlas.profile.layers import LayerTime, PointProfile
-    from dlas.profile.render import point_table
+    from dlas.results.layer_profile import LayerTime, PointProfile
+    from dlas.runner.profile_console import point_table
+    from dlas.runner.profiling import ProfileOutcome
 
     layers = [LayerTime(index=i, name=f"fused_conv2d_nchw_add_relu_with_a_long_name_{i}",
                         op="conv2d", weight_shape=[256, 128, 3, 3], data_shape=[1, 128, 28, 28],
@@ -267,7 +267,7 @@ def test_profile_point_table_fits(monkeypatch: pytest.MonkeyPatch) -> None:
     profile = PointProfile(key="k", runtime="tvm", label="x", latency_median_ms=1.2,
                            layers_sum_ms=1.0, unaccounted=0.1, method="m", layers=layers)
     row = SimpleNamespace(model=MODEL, compression=PRUNED, algorithm="direct", tuning=TUNED)
-    item = ProfiledPoint(None, row, "t", profile)  # type: ignore[arg-type]
+    item = ProfileOutcome(None, row, "t", profile)  # type: ignore[arg-type]
     for width in (120, 80):
         out = Console(width=width, record=True)
         out.print(point_table(item, width))

@@ -19,9 +19,9 @@ from dlas.profile import host_facts
 from dlas.profile import limit_kernels as kern
 from dlas.profile import limits as lim
 from dlas.profile.cpu_table import core_features, theoretical_peak
-from dlas.profile.layers import LayerTime
 from dlas.profile.limits import MachineLimits
 from dlas.profile.roofline import Roof, attainable, over_roof, place_layers
+from dlas.results.layer_profile import LayerTime
 from dlas.targets import host as targets_host
 
 ZEN3_FLAGS = ["sse2", "avx", "avx2", "fma"]

@@ -12,11 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from dlas.profile.layers import LayerTime
 from dlas.profile.ort_profile import ORT_METHOD, ort_profile_run
 from dlas.profile.peer_profile import profile_peer
 from dlas.profile.profiled_run import ProfiledRun
 from dlas.profile.torch_profile import TORCH_METHOD, torch_profile_run
+from dlas.results.layer_profile import LayerTime
 from dlas.tuning.baselines.base import BaselineModel, Peer
 
 INPUT = (3, 64, 64)

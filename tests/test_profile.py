@@ -14,7 +14,7 @@ import pytest
 from dlas.compiler.build import ConvLowering
 from dlas.measure.rounds import RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest
-from dlas.profile.layers import LayerTime, PointProfile
+from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.profiles import load_profile, save_profile
 from dlas.tir.conv_spec import ConvSpec
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from dlas.profile.layers import PointProfile
 from dlas.report import build_report
 from dlas.report.data import NCHW, latest_per_label, layout_order
 from dlas.report.figures import inference_figure, inference_panels
@@ -37,6 +36,7 @@ from dlas.report.tables import (
     speed_cells,
     speed_tables,
 )
+from dlas.results.layer_profile import PointProfile
 from tests.test_observation_rules import TUNED, analysis, timed
 from tests.test_report import XEON, make_db, point_from_row, points_of, row
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from dlas.profile.layers import LayerTime, PointProfile
 from dlas.profile.limits import MachineLimits
 from dlas.profile.roofline import place_layers
 from dlas.report import build_report
@@ -20,6 +19,7 @@ from dlas.report.profiles import (
     pair_speedups,
     select_roofline_points,
 )
+from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.profiles import save_profile
 from dlas.results.store import ResultStore
 from tests.test_report import make_db, point_from_row, row

@@ -25,7 +25,7 @@ from dlas.predict.features import (
     conv_layer,
     dense_layer,
 )
-from dlas.profile.layers import LayerTime, PointProfile
+from dlas.results.layer_profile import LayerTime, PointProfile
 
 
 def precision_of(compression: str) -> str:

@@ -57,7 +57,7 @@ class KernelInfo:
     dynamic: bool = False
     #: TVM's FLOP estimate of one call (non-conv kernels; None when it has none).
     flops: float | None = None
-    #: "minimal", "searched" or "transferred" (`dlas.profile.layers.LayerTime.schedule`).
+    #: "minimal", "searched" or "transferred" (`dlas.results.layer_profile.LayerTime.schedule`).
     schedule: str = "minimal"
 
     @property

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from dlas.profile.layers import LayerTime
 from dlas.profile.profiled_run import (
     WARMUP,
     ProfiledRun,
@@ -37,10 +36,11 @@ from dlas.profile.profiled_run import (
     time_calls,
 )
 from dlas.profile.work import Work, conv_work, dense_work, ints, tensor_bytes
+from dlas.results.layer_profile import LayerTime
 
 ORT_METHOD = "onnxruntime profiler"
 
-#: ONNX (and ONNX Runtime contrib) op types by kind of layer (`dlas.profile.layers.OPS`).
+#: ONNX (and ONNX Runtime contrib) op types by kind of layer (`dlas.results.layer_profile.OPS`).
 _CONV_OPS = {"Conv", "FusedConv", "NhwcFusedConv", "QLinearConv", "ConvInteger"}
 _DENSE_OPS = {"Gemm", "FusedGemm", "QGemm", "MatMul", "FusedMatMul", "MatMulInteger",
               "QLinearMatMul", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dlas.profile.layers import LayerTime
+from dlas.results.layer_profile import LayerTime
 
 #: Inferences run before the profiled ones (the first runs allocate and prepack).
 WARMUP = 3

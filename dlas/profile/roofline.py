@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlas.profile.layers import LayerTime
 from dlas.profile.limits import LEVELS, MachineLimits, level_capacity
+from dlas.results.layer_profile import LayerTime
 
 COMPUTE, MEMORY = "compute", "memory"
 #: Layer dtypes that take the int8 peak when one was measured (else float32's).

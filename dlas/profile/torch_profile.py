@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from dlas.profile.layers import LayerTime
 from dlas.profile.profiled_run import (
     WARMUP,
     ProfiledRun,
@@ -24,6 +23,7 @@ from dlas.profile.profiled_run import (
     time_calls,
 )
 from dlas.profile.work import Work, conv_work, dense_work, tensor_bytes
+from dlas.results.layer_profile import LayerTime
 
 TORCH_METHOD = "torch.profiler"
 

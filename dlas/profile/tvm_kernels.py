@@ -34,7 +34,7 @@ import numpy as np
 
 from dlas.measure.rounds import RoundSampler, RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest, conv_algorithm
-from dlas.profile.layers import LayerTime, PointProfile
+from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.statistics import median_ci
 
 #: How a TVM profile's layers are timed.

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlas.profile.layers import LayerTime
+from dlas.results.layer_profile import LayerTime
 
 #: Bytes per element, by numpy's type names.
 _DTYPE_SIZE = {"float32": 4, "float16": 2, "float64": 8, "bfloat16": 2, "int8": 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlas.profile.layers import LayerTime, PointProfile
+from dlas.results.layer_profile import LayerTime, PointProfile
 
 #: The bucket for the time outside every layer.
 OUTSIDE = "outside the layers"

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlas.profile.layers import PointProfile
 from dlas.report.breakdown import OUTSIDE, outside_ms
 from dlas.report.observations.verdict import Comparison, Observation
 from dlas.report.profiles import (
@@ -31,6 +30,7 @@ from dlas.report.profiles import (
     layer_shape,
     weight_count,
 )
+from dlas.results.layer_profile import PointProfile
 
 #: Layers named per comparison, and comparisons shown per observation part.
 TOP_LAYERS = 3

@@ -11,10 +11,10 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
-from dlas.profile.layers import OPS, LayerTime
 from dlas.profile.limits import LEVELS, MachineLimits
 from dlas.report.breakdown import OUTSIDE, Breakdown
 from dlas.report.figures import _pyplot, _save
+from dlas.results.layer_profile import OPS, LayerTime
 
 #: One colour per layer kind, the same in every chart; the outside segment is hatched.
 OP_COLORS = {"conv2d": "#4c72b0", "depthwise_conv2d": "#55a868", "dense": "#c44e52",

@@ -32,13 +32,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from dlas.profile.layers import OPS, LayerTime, PointProfile
 from dlas.profile.limits import LEVELS, MachineLimits, level_capacity
 from dlas.report.breakdown import OUTSIDE, Breakdown, layer_ms, outside_ms
 from dlas.report.data import NCHW, RUNTIME_NAMES, Point, algorithm_family
 from dlas.report.profile_figures import breakdown_figure, layer_speedup_figure, roofline_figure
 from dlas.report.render import Cell, Document, Heading, Image, Para, Table
 from dlas.report.tables import COMPRESSION_ORDER, FAMILY_ORDER, short
+from dlas.results.layer_profile import OPS, LayerTime, PointProfile
 
 #: Points drawn per roofline chart: more dots than this are unreadable.
 MAX_ROOFLINE_POINTS = 6

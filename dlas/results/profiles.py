@@ -20,7 +20,7 @@ import types
 import typing
 from typing import Any
 
-from dlas.profile.layers import LayerTime, PointProfile
+from dlas.results.layer_profile import LayerTime, PointProfile
 
 _SQL_TYPES = {int: "INTEGER", float: "REAL", str: "TEXT", bool: "INTEGER"}
 

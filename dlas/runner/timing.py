@@ -70,7 +70,7 @@ class TimingRequest:
     source: str = "sweep"
     seed: int = 0
     #: "time" (the members' timing entries) or "profile" (their per-layer profiles,
-    #: `dlas.profile.worker`).
+    #: `dlas.runner.profile_worker`).
     mode: str = "time"
 
 

@@ -148,7 +148,7 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
                                          "traceback": traceback.format_exc()}
         emit(event="subject", label=None)
         if timed and request.mode == "profile":
-            from dlas.profile.worker import profile_members
+            from dlas.runner.profile_worker import profile_members
 
             results.update(profile_members(request, timed, inputs_of, emit))
         elif timed:

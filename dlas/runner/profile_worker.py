@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from dlas.profile.layers import PointProfile
+from dlas.results.layer_profile import PointProfile
 
 #: Profiled runs of a baseline's profiler (each layer's time is their median).
 BASELINE_RUNS = 50

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlas.profile.layers import PointProfile
+from dlas.results.layer_profile import PointProfile
 from dlas.sweep.grid import Point
 
 
 @dataclass
-class ProfiledPoint:
+class ProfileOutcome:
     """A point of the sweep and its profile (None, with `error`, when it has none)."""
 
     point: Point
@@ -33,7 +33,7 @@ class ProfiledPoint:
 
 @dataclass
 class SweepProfiles:
-    points: list[ProfiledPoint] = field(default_factory=list)
+    points: list[ProfileOutcome] = field(default_factory=list)
     #: Points profiled by this call (the rest came from the database).
     profiled: int = 0
     #: Points of the sweep without a measured row (never run, failed, not runnable).
@@ -56,7 +56,7 @@ def profile_sweep(config: Any, workspace: Any, *, refresh: bool = False,
     from dlas.sweep.grid import expand
 
     out = SweepProfiles()
-    todo: dict[str, list[ProfiledPoint]] = {}
+    todo: dict[str, list[ProfileOutcome]] = {}
     with ResultStore(workspace.db_path) as store:
         for point in expand(config):
             row = None if point.blocked else store.get(point.key)
@@ -64,7 +64,7 @@ def profile_sweep(config: Any, workspace: Any, *, refresh: bool = False,
                 out.unmeasured += 1
                 continue
             _, timing_key = _timing_entry(point)
-            item = ProfiledPoint(point, row, timing_key)
+            item = ProfileOutcome(point, row, timing_key)
             stored = None if refresh else load_profile(store.conn, point.key, timing_key)
             if stored is not None:
                 item.profile, item.limits = stored
@@ -81,7 +81,7 @@ def profile_sweep(config: Any, workspace: Any, *, refresh: bool = False,
     return out
 
 
-def _profile_group(items: list[ProfiledPoint], workspace: Any,
+def _profile_group(items: list[ProfileOutcome], workspace: Any,
                    note: Callable[[str], None]) -> None:
     """Profile one model's points in one timing worker; fill their profiles or errors."""
     from dlas.runner.machine import MachineLock
@@ -94,8 +94,7 @@ def _profile_group(items: list[ProfiledPoint], workspace: Any,
         rounds_policy,
         time_group,
     )
-    from dlas.stages import stage_keys
-    from dlas.stages.base import Resources
+    from dlas.stages import result_stage, stage_keys
     from dlas.stages.timed import subject_label
 
     first = items[0].point
@@ -114,8 +113,9 @@ def _profile_group(items: list[ProfiledPoint], workspace: Any,
             members=members, policy=rounds_policy(first), threads=threads, cpus=cpus,
             single=single, probe_placement=probe, source="profile",
             seed=first.budgets.seed, mode="profile")
-        with MachineLock().hold(Resources(cpus=2, exclusive=True),
-                                lambda what: note(f"waiting: {what}")):
+        # the machine as the point's timing stage holds it (exclusively)
+        resources = result_stage(first).resources_for(first)
+        with MachineLock().hold(resources, lambda what: note(f"waiting: {what}")):
             results = time_group(request, WorkerEvents(note=note))
     for item, result in zip(items, results, strict=True):
         if result.meta is None:

@@ -7,15 +7,15 @@ from typing import Any
 
 from rich.table import Table
 
-from dlas.profile.collect import ProfiledPoint, SweepProfiles
-from dlas.profile.layers import LayerTime
+from dlas.results.layer_profile import LayerTime
 from dlas.runner.fit import Column, fitted_table
+from dlas.runner.profiling import ProfileOutcome, SweepProfiles
 
 #: Layers shown per point in the console (all of them are in the JSON).
 TOP_LAYERS = 8
 
 
-def _point_title(item: ProfiledPoint) -> str:
+def _point_title(item: ProfileOutcome) -> str:
     row = item.row
     return " / ".join(str(v) for v in (row.model, row.compression, row.algorithm, row.tuning))
 
@@ -61,7 +61,7 @@ _LAYER_COLUMNS = (
 )
 
 
-def point_table(item: ProfiledPoint, width: int | None = None) -> Table:
+def point_table(item: ProfileOutcome, width: int | None = None) -> Table:
     """The point's costliest layers, one line each in `width` columns (unbounded: None)."""
     profile = item.profile
     assert profile is not None
