@@ -105,6 +105,40 @@ def test_no_import_cycles() -> None:
     assert not cycles, "\n".join(cycles)
 
 
+#: The house's layers (docs/architecture.md): each top-level package or module of dlas
+#: may import only those on a lower level (and itself). Sideways and upward imports are
+#: what turned into the cycles this layering replaced.
+LEVELS = {
+    "dlas": 0, "dlas.tir": 0, "dlas.contracts": 0, "dlas.integrity": 0, "dlas._compat": 0,
+    "dlas.registry": 1,
+    "dlas.sweep": 2, "dlas.targets": 2, "dlas.datasets": 2,
+    "dlas.models": 3, "dlas.algorithms": 3,
+    "dlas.compiler": 4, "dlas.compression": 4,
+    "dlas.measure": 5,
+    "dlas.results": 6, "dlas.tuning": 6,
+    "dlas.profile": 7, "dlas.stages": 7,
+    "dlas.runner": 8,
+    "dlas.estimate": 9, "dlas.report": 9,
+    "dlas.predict": 10,
+    "dlas.cli": 11,
+}
+
+
+def _top(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_packages_import_only_lower_levels() -> None:
+    graph = _graph(("dlas",))
+    assert {_top(m) for m in graph} <= set(LEVELS), \
+        f"a new top-level package needs a level: {sorted({_top(m) for m in graph} - set(LEVELS))}"
+    wrong = sorted(
+        f"{mod} (level {LEVELS[_top(mod)]}) imports {dep} (level {LEVELS[_top(dep)]})"
+        for mod, deps in graph.items() for dep in deps
+        if _top(dep) != _top(mod) and LEVELS[_top(dep)] >= LEVELS[_top(mod)])
+    assert not wrong, "\n".join(wrong)
+
+
 def test_build_and_gpu_schedule_share_the_pipeline_module() -> None:
     graph = _graph()
     assert "dlas.compiler.build" not in graph["dlas.compiler.gpu_schedule"]
