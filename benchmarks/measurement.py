@@ -188,7 +188,9 @@ def same_placement_ratios(figs: list[tuple[str, float]]) -> list[float]:
 
 
 def log_ratios(pairs: list[tuple[float, float]]) -> list[float]:
-    return [abs(float(np.log(b / a))) for a, b in pairs if a > 0 and b > 0]
+    from dlas.results.statistics import log_ratio
+
+    return [log_ratio(a, b) for a, b in pairs if a > 0 and b > 0]
 
 
 def summary(values: list[float]) -> str:

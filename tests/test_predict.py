@@ -47,6 +47,18 @@ def _points() -> list[PointFeatures]:
     return [_model(f"m{w}x{d}", w, d, dense) for w in (8, 12, 16, 24) for d in (4, 6, 8)]
 
 
+def test_every_learner_keeps_the_learner_contract() -> None:
+    from dlas.predict.learners import LEARNERS, LayerLearner
+
+    points = _points()
+    layers = [layer for p in points for layer in p.layers]
+    for name, make in LEARNERS.items():
+        learner = make()
+        assert isinstance(learner, LayerLearner) and learner.name == name
+        learner.fit(layers, [t for p in points for t in p.layer_us])
+        assert learner.predict(layers[:3]).shape == (3,)
+
+
 def test_linear_learner_recovers_a_synthetic_linear_cost() -> None:
     points = _points()
     learner = LinearCost()

@@ -18,7 +18,6 @@ from dlas.compression.pruning import (
     conv_sparsity,
     is_pruned,
     iterative_pruning,
-    iterative_weight_pruning,
     make_permanent,
     prune_weights_global_l1,
 )
@@ -124,8 +123,8 @@ def test_fine_tune_keeps_permanent_zeros(digits) -> None:  # noqa: ANN001
 
 def test_iterative_schedule(digits, tmp_path) -> None:  # noqa: ANN001
     model = _tiny()
-    model, records = iterative_weight_pruning(
-        model, digits, [0.5, 0.8], finetune_epochs=2,
+    model, records, _ = iterative_pruning(
+        model, digits, [0.5, 0.8], 2, prune_weights_global_l1,
         settings=FitSettings(data_fraction=0.2, progress=False, checkpoint_dir=tmp_path),
     )
     assert [r["level"] for r in records] == [0.5, 0.8]

@@ -363,8 +363,10 @@ def test_a_loaded_round_is_discarded_and_taken_again_after_waiting() -> None:
     for run in out.runs.values():
         assert [r.index for r in run.rounds] == [1, 2, 3]
         assert run.loaded_rounds() == [] and len(run.usable_rounds(SINGLE)) == 3
-        assert run.events == [{"event": "retaken", "round": 0, "other_cores": 2.0,
-                               "waited_s": 0.5}]
+        # the busiest other processes are named (whatever runs beside the test)
+        assert all(isinstance(e.get("busiest"), list) for e in run.events)
+        assert [{k: v for k, v in e.items() if k != "busiest"} for e in run.events] == [
+            {"event": "retaken", "round": 0, "other_cores": 2.0, "waited_s": 0.5}]
     assert "machine busy" in said[0] and "2.00 cores" in said[0]
 
 

@@ -215,21 +215,3 @@ def iterative_pruning(
         make_permanent(model)
     model.eval()
     return model, records, chosen
-
-
-def iterative_weight_pruning(
-    model: nn.Module,
-    bundle: DatasetBundle,
-    levels: Sequence[float],
-    finetune_epochs: int,
-    *,
-    lr: float = 0.05,
-    settings: FitSettings | None = None,
-    choose: Chooser | None = None,
-    permanent: bool = True,
-) -> tuple[nn.Module, list[dict[str, Any]]]:
-    """:func:`iterative_pruning` with global L1 unstructured weight pruning."""
-    model, records, _ = iterative_pruning(
-        model, bundle, levels, finetune_epochs, prune_weights_global_l1, lr=lr,
-        settings=settings, choose=choose, permanent=permanent)
-    return model, records

@@ -19,7 +19,7 @@ from dlas.estimate.costmodel import SIGNATURE, components
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import ScheduleResult, Task, simulate
 from dlas.estimate.work import StageWork, parent_of, stage_work
-from dlas.stages import STAGES
+from dlas.stages import STAGES, TIMED_STAGES
 from dlas.sweep.config import SweepConfig
 
 
@@ -89,9 +89,6 @@ def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int
         level += 1
     return level
 
-
-#: Stages a timing pass runs again (`budgets.timing_passes`, `dlas.runner.passes`).
-TIMED_STAGES = ("measure", "baseline")
 
 
 def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, str]:

@@ -42,7 +42,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dlas.measure.load import CpuLoadProbe
+from dlas.measure.load import CpuLoadProbe, busiest_processes
 from dlas.measure.placement import (
     CONTENDED,
     MIXED,
@@ -330,12 +330,14 @@ class RoundSampler:
             self.events.append({"event": "kept_loaded", "round": rnd.index,
                                 "other_cores": rnd.other_cores})
             return False
-        self.say(f"machine busy (other processes used {rnd.other_cores:.2f} cores); "
+        who = busiest_processes(0.1)  # what the user can stop, named
+        self.say(f"machine busy (other processes used {rnd.other_cores:.2f} cores"
+                 + (f"; busiest: {', '.join(who)}" if who else "") + "); "
                  f"waiting up to {self._budget_left():.0f} s for it to quiet down")
         quiet, waited = self.load.wait_until_quiet(self._budget_left())
         self._extra_s += waited + took
         event = {"round": rnd.index, "other_cores": rnd.other_cores,
-                 "waited_s": round(waited, 3)}
+                 "waited_s": round(waited, 3), "busiest": who}
         if quiet is not None and not quiet.loaded:
             self._retries += 1
             self.events.append({"event": "retaken", **event})

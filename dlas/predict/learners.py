@@ -15,8 +15,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from scipy.optimize import nnls
@@ -27,7 +27,11 @@ from dlas.predict.features import LayerFeatures
 MIN_GROUP = 4
 
 
+@runtime_checkable
 class LayerLearner(Protocol):
+    """What the predictor needs of a learner (`LEARNERS`): fitted on layers and their
+    measured microseconds, it predicts microseconds for other layers."""
+
     name: str
 
     def fit(self, layers: Sequence[LayerFeatures], us: Sequence[float]) -> None: ...
@@ -127,4 +131,6 @@ class FlopsProxy:
         return self.k * np.asarray([layer.macs for layer in layers])
 
 
-LEARNERS = {"linear": LinearCost, "gbdt": BoostedTrees, "flops-proxy": FlopsProxy}
+#: The learners `dlas predict --learner` takes, by name.
+LEARNERS: dict[str, Callable[[], LayerLearner]] = {
+    "linear": LinearCost, "gbdt": BoostedTrees, "flops-proxy": FlopsProxy}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dlas.measure.record import TimingRun
+from dlas.results.statistics import log_ratio
 
 #: Runtime name of a TVM variant (baselines are named by their runtime).
 TVM = "tvm"
@@ -92,7 +93,7 @@ def run_figures(runs: Iterable[TimingRun]) -> list[RunFigure]:
 
 def pair_log_ratios(figures: Sequence[RunFigure]) -> list[tuple[float, RunFigure, RunFigure]]:
     """|log ratio| of every two figures taken in the same placement."""
-    return [(abs(math.log(b.median_ms / a.median_ms)), a, b)
+    return [(log_ratio(a.median_ms, b.median_ms), a, b)
             for a, b in itertools.combinations(figures, 2)
             if a.placement == b.placement and a.median_ms > 0 and b.median_ms > 0]
 

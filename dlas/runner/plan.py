@@ -46,7 +46,7 @@ CacheState = Literal["all", "partly", "nothing", "not runnable"]
 
 
 @dataclass(frozen=True)
-class PointPlan:
+class PlannedPoint:
     """One point as the plan sees it: the stages it stores and those already cached."""
 
     point: Point
@@ -79,14 +79,14 @@ class PointPlan:
 
 
 def plan_points(points: Sequence[Point], cache: Cache, *, verify: bool = False
-                ) -> list[PointPlan]:
+                ) -> list[PlannedPoint]:
     """Every point with what of it is cached. `verify`: also check each cached entry
     against its manifest (`Cache.check`: reads every file, so for small grids)."""
     index, memo = CacheIndex(cache), KeyMemo()
     plans = []
     for point in points:
         if point.blocked:
-            plans.append(PointPlan(point, (), ()))
+            plans.append(PlannedPoint(point, (), ()))
             continue
         stages = point_stages(point)
         stored = tuple(s.name for s in stages if isinstance(s, StoredStage))
@@ -109,7 +109,7 @@ def plan_points(points: Sequence[Point], cache: Cache, *, verify: bool = False
                     cached.append(stage)
                 if i == last:
                     break
-        plans.append(PointPlan(point, stored, tuple(cached), tuple(damaged)))
+        plans.append(PlannedPoint(point, stored, tuple(cached), tuple(damaged)))
     return plans
 
 
@@ -145,7 +145,7 @@ class PlanSummary:
         return self.points - self.runnable
 
 
-def summarize(config: SweepConfig, plans: Sequence[PointPlan], excluded: int) -> PlanSummary:
+def summarize(config: SweepConfig, plans: Sequence[PlannedPoint], excluded: int) -> PlanSummary:
     """The summary of a planned grid; reads nothing per point but its status."""
     reasons = Counter(p.point.blocked for p in plans if p.point.blocked)
     states = Counter(p.state for p in plans)
@@ -170,8 +170,8 @@ def totals_line(points: int, runnable: int, cache_dir: Path) -> str:
             f"cache {cache_dir}")
 
 
-def plan_table(title: str, plans: Sequence[PointPlan], width: int) -> list[Any]:
-    """What `dlas plan` prints for `plans` (`PointPlan`s): lines and a table, a line a
+def plan_table(title: str, plans: Sequence[PlannedPoint], width: int) -> list[Any]:
+    """What `dlas plan` prints for `plans` (`PlannedPoint`s): lines and a table, a line a
     point in `width`. A layer with one choice for every point is said once above the
     table, labels are shortened (legend below), and a status too long for its cell (why
     a point cannot run) is given in full below."""
@@ -202,7 +202,7 @@ def plan_table(title: str, plans: Sequence[PointPlan], width: int) -> list[Any]:
     return out
 
 
-def print_table(config: SweepConfig, plans: Sequence[PointPlan], excluded: int,
+def print_table(config: SweepConfig, plans: Sequence[PlannedPoint], excluded: int,
                 cache_dir: Path, console: Console) -> None:
     """Every point, one line each, at the console's width (the plan of a small grid, or
     `--all`)."""
@@ -239,7 +239,7 @@ def print_summary(summary: PlanSummary, cache_dir: Path, config_path: str,
         f"{config_path} --all` lists every point, `--json` prints them as JSON")
 
 
-def as_json(config: SweepConfig, plans: Sequence[PointPlan], excluded: int,
+def as_json(config: SweepConfig, plans: Sequence[PlannedPoint], excluded: int,
             cache_dir: Path) -> dict[str, Any]:
     """The plan as JSON: every point with its choices, status and cached stages."""
     return {

@@ -49,18 +49,15 @@ from dlas.runner.refused import ExecutorRefused
 from dlas.runner.rows import failed_row, new_row, unmeasurable_row
 from dlas.runner.sweep_executor import PlanExecutor, SweepRun
 from dlas.runner.workspace import StageTally, Workspace
-from dlas.stages import BY_NAME, STAGES, result_stage, stage_keys
+from dlas.stages import BY_NAME, STAGES, TIMED_STAGES, result_stage, stage_keys
 from dlas.stages.base import StageEnv, StoredStage
 from dlas.stages.facts import CompileFacts, MeasureFacts
 from dlas.stages.keys import StageKeys
-from dlas.stages.timed import TimedStage
 from dlas.sweep.grid import Point
 
 #: Times Ray re-runs a task whose worker or node died (a stage that raises is not retried:
 #: it is a result).
 MAX_RETRIES = 3
-#: Stages computed by the timing worker, a model's variants together.
-TIMING_STAGES = frozenset(s.name for s in BY_NAME.values() if isinstance(s, TimedStage))
 #: Environment variables the driver passes to its workers (lock folder, thread count).
 PASSED_ENV = ("DLAS_LOCK_DIR", "TVM_NUM_THREADS", "PYTHONPATH")
 
@@ -350,7 +347,7 @@ class RayRunner(PlanExecutor):
         # timing entries go to the timing worker a model's variants at a time
         groups: dict[str, list[tuple[Node, _PointState]]] = defaultdict(list)
         for node, state in needed.items():
-            if node.stage in TIMING_STAGES:
+            if node.stage in TIMED_STAGES:
                 groups[state.plan.group].append((node, state))
         group_refs: dict[Any, list[Node]] = {}
         running: dict[Any, Node] = {}
@@ -362,7 +359,7 @@ class RayRunner(PlanExecutor):
                 if not run.stopped:
                     for node, state in needed.items():
                         up = parent[node]
-                        if node in outcome or node in submitted or node.stage in TIMING_STAGES:
+                        if node in outcome or node in submitted or node.stage in TIMED_STAGES:
                             continue
                         if up is not None and (up not in outcome or outcome[up].meta is None):
                             continue

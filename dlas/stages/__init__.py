@@ -20,6 +20,7 @@ from dlas.stages.chains import (
     CHAINS,
     RESULT_STAGES,
     STAGES,
+    TIMED_STAGES,
     point_stages,
     result_stage,
 )
@@ -32,5 +33,5 @@ from dlas.stages.measure import MEASURE
 from dlas.stages.train import TRAIN
 
 __all__ = ["ALL", "BASELINE", "BY_NAME", "CHAINS", "COMPILE", "COMPRESS", "DATA", "IMPORT",
-           "KeyMemo", "MEASURE", "RESULT_STAGES", "STAGES", "TRAIN", "Stage", "StageKeys",
-           "iter_stage_keys", "point_stages", "result_stage", "stage_keys"]
+           "KeyMemo", "MEASURE", "RESULT_STAGES", "STAGES", "TIMED_STAGES", "TRAIN", "Stage",
+           "StageKeys", "iter_stage_keys", "point_stages", "result_stage", "stage_keys"]

@@ -31,6 +31,10 @@ BY_NAME: dict[str, Stage[Any]] = {stage.name: stage for stage in ALL}
 STAGES: tuple[str, ...] = tuple(BY_NAME)
 #: The stages whose output is a point's result (measure; baseline for a baseline point).
 RESULT_STAGES: tuple[Stage[Any], ...] = leaves(ALL)
+#: The result stages by name: the stages the timing worker computes (a model's variants
+#: together) and a timing pass runs again. Every result stage is timed; checked here.
+TIMED_STAGES: frozenset[str] = frozenset(stage.name for stage in RESULT_STAGES)
+assert all(isinstance(stage, TimedStage) for stage in RESULT_STAGES), RESULT_STAGES
 #: Each result stage's chain from the root, as a point ending there runs it.
 CHAINS: dict[str, tuple[Stage[Any], ...]] = {leaf.name: chain_to(leaf, ALL)
                                              for leaf in RESULT_STAGES}
