@@ -35,7 +35,7 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
     `profile_layers(config, workspace)`, when given, profiles the measured points per
     layer before the report, so it shows where the time goes and the layers behind each
     observation. Profiling times on this machine, whichever executor ran the sweep."""
-    from dlas.runner.runner import Runner
+    from dlas.runner.executor_choice import make_executor
     from dlas.sweep.grid import expand
 
     experiment = load_experiment(name)
@@ -44,7 +44,7 @@ def reproduce(name: str, profile: str, workspace: Workspace, *, out: Path | None
     config, skipped = resolve_sweep(experiment, profile, skip_unregistered=skip_unregistered,
                                     write_to=sweep_file)
     if executor is None:
-        executor = Runner(workspace, progress=progress)
+        executor = make_executor("local", workspace, progress=progress)
     elif executor.workspace.root != workspace.root:
         raise ValueError(f"the executor runs on workspace {executor.workspace.root}, the "
                          f"reproduction on {workspace.root}: give one workspace")
