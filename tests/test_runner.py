@@ -40,7 +40,10 @@ def test_sweep_records_verified_points_then_reuses_everything(tmp_path: Path) ->
     for row in (dense, pruned):
         assert row.status == "ok" and row.verified == 1
         assert row.top1_agreement == 1.0 and row.max_abs_diff < 1e-3
-        assert len(row.latency_samples_ms) >= row.measure_repeat == 5
+        assert row.measure_repeat == 5
+        # every sample asked for; on a machine busy throughout, the usable ones there are,
+        # and the row says it is noisy (a CI host shared with other guests can be)
+        assert len(row.latency_samples_ms) >= 5 or (row.noisy and row.latency_samples_ms)
         assert 0 < row.latency_min_ms <= row.latency_median_ms <= row.latency_max_ms
         assert 0.0 <= row.accuracy <= 1.0
         assert row.macs > 0 and row.params > 0 and row.size_bytes > 0
