@@ -247,6 +247,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     workspace = _workspace(args)
     check_database(workspace.db_path)  # before any work: the rows could not be stored
     runner = _executor(args, workspace)
+    runner.console.config_path = args.config  # the summary names the commands in full
     _print_run_estimate(config, runner.workspace)
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "

@@ -119,8 +119,10 @@ class RunConsole:
         #: The run's results table in its summary; a run in timing passes
         #: (`dlas.runner.passes`) prints it once, after the last pass.
         self.table_in_summary = True
-        #: The run's workspace (`sweep_header`), for the commands the summary names.
+        #: The run's workspace (`sweep_header`) and sweep file (the command line's), for
+        #: the commands the summary names.
         self.workspace_root: Path | None = None
+        self.config_path: str | None = None
 
     def note(self, text: str) -> None:
         self.out.print(text)
@@ -264,7 +266,8 @@ class RunConsole:
 
         flag, report_dir = _workspace_flag(self.workspace_root)
         width = min(self.out.width, SUMMARY_WIDTH)
-        for line in study_lines(report.rows, more=more_line(flag, report_dir), width=width):
+        for line in study_lines(report.rows, more=more_line(flag, report_dir), width=width,
+                                config=self.config_path or "CONFIG"):
             self.out.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def counts(self, report: RunReport) -> None:

@@ -157,11 +157,12 @@ def _not_ok(group: Group) -> str:
 
 
 def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this sweep",
-                more: str | None = None, width: int = SUMMARY_WIDTH) -> list[str]:
+                more: str | None = None, width: int = SUMMARY_WIDTH,
+                config: str = "CONFIG") -> list[str]:
     """The summary of `rows` as plain lines at most `width` wide (a path or a label
     longer than the width excepted): a title with the counts, a line per model and
     compression, the legend of shortened labels, the noisy and failed rows, and `more`
-    (the commands that show the rest) last."""
+    (the commands that show the rest) last; `config` is the sweep file the commands name."""
     counts = Counts.of(rows)
     out = textwrap.wrap(f"{title} ({len(rows)} points: {counts.text()})", width=width,
                         subsequent_indent="  ", break_on_hyphens=False)
@@ -237,7 +238,7 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
         busy = f", {counts.busy} timed on a busy machine" if counts.busy else ""
         out += textwrap.wrap(
             f"noisy: {counts.noisy} point(s) with a wide 95% interval or too few quiet "
-            f"rounds{busy}; dlas run CONFIG --remeasure-noisy times them again",
+            f"rounds{busy}; dlas run {config} --remeasure-noisy times them again",
             width=width, subsequent_indent="  ",
             break_on_hyphens=False)
     bad = counts.failed + counts.verification_failed
