@@ -119,7 +119,7 @@ LEVELS = {
     "dlas.profile": 7, "dlas.stages": 7,
     "dlas.runner": 8,
     "dlas.estimate": 9, "dlas.report": 9,
-    "dlas.predict": 10,
+    "dlas.predict": 10, "dlas.cli_args": 10,
     "dlas.cli": 11,
 }
 

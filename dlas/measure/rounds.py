@@ -357,6 +357,30 @@ class RoundSampler:
     def _noise_budget_spent(self) -> bool:
         return self._retries >= self.policy.noise_retries or self._budget_left() <= 0
 
+    def _runs(self, kept: list[_Round], placement: str, run_id: str, started_at: float,
+              seconds: float) -> dict[str, TimingRun]:
+        """Each subject's timing run: its chunk of every kept round, as records."""
+        runs = {}
+        for subject in self.subjects:
+            rounds = []
+            for r in kept:
+                chunk = r.chunks[subject.label]
+                rounds.append(TimingRound(
+                    index=r.index, placement=chunk.placement,
+                    round_trip_ns=chunk.round_trip_ns, loaded=r.loaded,
+                    other_cores=r.other_cores, at_s=round(chunk.at_s, 3),
+                    position=chunk.position, previous=chunk.previous,
+                    cache_ns=chunk.cache_ns,
+                    samples_ms=[s * 1e3 for s in chunk.samples_s]))
+            runs[subject.label] = TimingRun(
+                run_id=run_id, started_at=started_at, source=self.source,
+                threads=self.threads, cpus=list(subject.cpus) if self.pinned else [],
+                placement=placement,
+                interleaved_with=[s.label for s in self.subjects if s is not subject],
+                rounds=rounds, policy=self.policy.as_dict(), events=list(self.events),
+                seconds=round(seconds, 3))
+        return runs
+
     def run(self) -> RoundsResult:
         policy = self.policy
         run_id = uuid.uuid4().hex
@@ -440,24 +464,5 @@ class RoundSampler:
             notes.append(f"{contended} of {chunks} chunks were taken while something else "
                          "used a measurement CPU's core caches (cache reading up by "
                          f"{CONTENTION_FACTOR - 1:.0%} or more); they are left out")
-        seconds = self.clock() - started
-        runs = {}
-        for subject in self.subjects:
-            rounds = []
-            for r in kept:
-                chunk = r.chunks[subject.label]
-                rounds.append(TimingRound(
-                    index=r.index, placement=chunk.placement,
-                    round_trip_ns=chunk.round_trip_ns, loaded=r.loaded,
-                    other_cores=r.other_cores, at_s=round(chunk.at_s, 3),
-                    position=chunk.position, previous=chunk.previous,
-                    cache_ns=chunk.cache_ns,
-                    samples_ms=[s * 1e3 for s in chunk.samples_s]))
-            runs[subject.label] = TimingRun(
-                run_id=run_id, started_at=started_at, source=self.source,
-                threads=self.threads, cpus=list(subject.cpus) if self.pinned else [],
-                placement=placement,
-                interleaved_with=[s.label for s in self.subjects if s is not subject],
-                rounds=rounds, policy=policy.as_dict(), events=list(self.events),
-                seconds=round(seconds, 3))
+        runs = self._runs(kept, placement, run_id, started_at, self.clock() - started)
         return RoundsResult(runs, placement, notes)

@@ -335,6 +335,34 @@ def _resumable(path: Path, what: str) -> dict[str, Any] | None:
     return None
 
 
+def _resume(checkpoint_dir: Path, kind: str, config: dict[str, Any], module: _Classifier,
+            model: nn.Module, epochs: int) -> tuple[Path | None, TrainResult | None]:
+    """Where a run with these settings left off in `checkpoint_dir`: (the checkpoint to
+    resume from, None), or (None, the result) when it had finished, its weights restored
+    without starting Lightning, or (None, None) with nothing to resume. A checkpoint of
+    other settings is an error, not a silent restart."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    candidate = checkpoint_dir / CHECKPOINT_NAME
+    what = "training" if kind == "train" else "fine-tuning"
+    checkpoint = _resumable(candidate, what) if candidate.is_file() else None
+    if checkpoint is None:
+        return None, None
+    state = checkpoint.get(_STATE_KEY, {})
+    if state.get("config") != config:
+        raise CheckpointMismatchError(
+            f"{candidate} was written by a run with settings {state.get('config')}, "
+            f"not {config}; use another checkpoint_dir or delete it"
+        )
+    done = len(state.get("history", []))
+    if done >= epochs:
+        module.load_state_dict(checkpoint["state_dict"])
+        module.on_load_checkpoint(checkpoint)
+        model.eval()
+        return None, TrainResult(model, module.history, module.total_seconds)
+    log.warning("resuming %s from epoch %d of %d (%s)", what, done + 1, epochs, candidate)
+    return candidate, None
+
+
 def _fit(
     model: nn.Module,
     bundle: DatasetBundle,
@@ -382,32 +410,9 @@ def _fit(
     ckpt_path: Path | None = None
     if checkpoint_dir is not None:
         checkpoint_dir = Path(checkpoint_dir)
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        candidate = checkpoint_dir / CHECKPOINT_NAME
-        what = "training" if kind == "train" else "fine-tuning"
-        checkpoint = _resumable(candidate, what) if candidate.is_file() else None
-        if checkpoint is not None:
-            state = checkpoint.get(_STATE_KEY, {})
-            if state.get("config") != config:
-                raise CheckpointMismatchError(
-                    f"{candidate} was written by a run with settings {state.get('config')}, "
-                    f"not {config}; use another checkpoint_dir or delete it"
-                )
-            done = len(state.get("history", []))
-            if done >= epochs:
-                # Already finished: restore the weights without starting Lightning.
-                module.load_state_dict(checkpoint["state_dict"])
-                module.on_load_checkpoint(checkpoint)
-                model.eval()
-                return TrainResult(model, module.history, module.total_seconds)
-            ckpt_path = candidate
-            log.warning(
-                "resuming %s from epoch %d of %d (%s)",
-                what,
-                done + 1,
-                epochs,
-                candidate,
-            )
+        ckpt_path, finished = _resume(checkpoint_dir, kind, config, module, model, epochs)
+        if finished is not None:
+            return finished
 
     with contextlib.ExitStack() as stack:
         root = checkpoint_dir
