@@ -12,14 +12,13 @@ registered or whose option versions changed (their keys would not match anyway).
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dlas.estimate.costmodel import components
 from dlas.estimate.work import StageWork, stage_work
-from dlas.results.health import check_database
+from dlas.results.store import read_point_configs
 from dlas.sweep.grid import Point
 
 #: Statuses of rows whose points a run skips unless `--retry-failed`.
@@ -42,19 +41,6 @@ class WorkspaceRecord:
 
     measured: tuple[Measured, ...]
     failed_points: frozenset[str]
-
-
-def _rows(db_path: Path) -> list[tuple[str, str, str]]:
-    """The rows' keys, statuses and configs; a damaged database raises
-    `DamagedDatabaseError` (an estimate from it would silently ignore what it measured)."""
-    if not db_path.is_file():
-        return []
-    check_database(db_path)
-    try:
-        with sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
-            return list(conn.execute("SELECT point_key, status, config FROM points"))
-    except sqlite3.Error:  # an empty file, or a new database without rows yet
-        return []
 
 
 def point_from_config(config: dict[str, Any]) -> Point | None:
@@ -115,7 +101,7 @@ def load_workspace(cache_root: Path, db_path: Path) -> WorkspaceRecord:
     measured: list[Measured] = []
     failed: set[str] = set()
     seen: set[tuple[str, str]] = set()
-    for point_key, status, config_json in _rows(db_path):
+    for point_key, status, config_json in read_point_configs(db_path):
         if status in FAILED:
             failed.add(point_key)
         try:

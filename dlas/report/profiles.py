@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -115,14 +114,6 @@ def parse_limits(raw: dict | None) -> MachineLimits | None:
         return None
 
 
-def _has_profiles_table(conn: sqlite3.Connection) -> bool:
-    """Whether the database has profiles at all: checked before `load_profile`, which
-    would create the tables, so a report leaves a database without them as it was."""
-    found = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'layer_profiles'")
-    return found.fetchone() is not None
-
-
 def _sort_key(p: Point) -> tuple:
     """Dense before compressed, untuned before tuned, the paper's algorithm order,
     baselines after TVM: the order bars and tables list points in."""
@@ -136,19 +127,17 @@ def _sort_key(p: Point) -> tuple:
 def load_profiles(db_path: Path, points: Iterable[Point]) -> LoadedProfiles:
     """The stored profile of each reported timed point, looked up by its row's point key
     and *current* timing key; in `_sort_key` order."""
-    from dlas.results.profiles import load_profile
+    from dlas.results.profiles import has_profiles, load_profile, profiled_entries
     from dlas.results.store import ResultStore
 
     timed = {p.key: p for p in points if p.is_timed}
     out = LoadedProfiles(timed=len(timed))
     with ResultStore(db_path) as store:
-        if not timed or not _has_profiles_table(store.conn):
+        if not timed or not has_profiles(store.conn):
             return out
-        stored = {(r["point_key"], r["timing_key"]) for r in store.conn.execute(
-            "SELECT point_key, timing_key FROM layer_profiles")}
+        stored = profiled_entries(store.conn)
         profiled_keys = {key for key, _ in stored}
-        current = {r["point_key"]: r["timing_key"] for r in store.conn.execute(
-            "SELECT point_key, timing_key FROM points")}
+        current = store.timing_keys()
         for key, point in timed.items():
             timing_key = current.get(key)
             if (key, timing_key) not in stored:

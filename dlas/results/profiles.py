@@ -55,6 +55,21 @@ def _column(name: str) -> str:
     return "layer_index" if name == "index" else name  # INDEX is an SQL keyword
 
 
+def has_profiles(conn: sqlite3.Connection) -> bool:
+    """Whether the database has profile tables at all: asked before `load_profile`, which
+    would create them, so that a reader (the report) leaves a database without them as
+    it was."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'layer_profiles'")
+    return found.fetchone() is not None
+
+
+def profiled_entries(conn: sqlite3.Connection) -> set[tuple[str, str]]:
+    """(point key, timing key) of every stored profile."""
+    return {(r[0], r[1]) for r in conn.execute(
+        "SELECT point_key, timing_key FROM layer_profiles")}
+
+
 def ensure_tables(conn: sqlite3.Connection) -> None:
     for statement in _SCHEMA:
         conn.execute(statement)

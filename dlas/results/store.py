@@ -47,6 +47,22 @@ _SCHEMA_EXTRA = (
 )
 
 
+def read_point_configs(db_path: Path) -> list[tuple[str, str, str]]:
+    """Each row's (point key, status, stored config JSON), read without writing: the
+    database is opened read-only and not created, so a reader (the estimate) leaves a
+    workspace as it found it. A damaged database raises `DamagedDatabaseError` (an
+    estimate from it would silently ignore what it measured); no database, an empty file
+    or one without rows yet reads as no rows."""
+    if not db_path.is_file():
+        return []
+    check_database(db_path)
+    try:
+        with sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True) as conn:
+            return list(conn.execute("SELECT point_key, status, config FROM points"))
+    except sqlite3.Error:
+        return []
+
+
 class ResultStore:
     """The database at `path`, created if absent. A file that is not a readable results
     database raises `DamagedDatabaseError` before anything is written to it
@@ -155,6 +171,12 @@ class ResultStore:
         query += " ORDER BY points.created_at, points.rowid"
         with self._guard():
             return [self._decode(r) for r in self.conn.execute(query, args).fetchall()]
+
+    def timing_keys(self) -> dict[str, str]:
+        """Each row's current timing entry: {point key: timing key} (a profile belongs to
+        one; `dlas.results.profiles`)."""
+        return {r["point_key"]: r["timing_key"] for r in self.conn.execute(
+            "SELECT point_key, timing_key FROM points")}
 
     def sweeps(self) -> list[str]:
         """Every sweep that has members."""
