@@ -11,8 +11,9 @@ import pytest
 from dlas.report import build_report
 from dlas.report.data import Point
 from dlas.report.deciding_layers import OUTSIDE, explain, observation_layers
+from dlas.report.layer_speedups import align_convs, conv_layers
 from dlas.report.observations import Comparison, observations
-from dlas.report.profiles import ProfiledPoint, align_convs, conv_layers, load_profiles
+from dlas.report.profile_data import ProfiledPoint, load_profiles
 from tests.test_report import make_db, point_from_row
 from tests.test_report_profiles import (
     CONV0,

@@ -14,6 +14,7 @@ import pytest
 from dlas.report import build_report
 from dlas.report.data import NCHW, latest_per_label, layout_order
 from dlas.report.figures import inference_figure, inference_panels
+from dlas.report.layer_speedups import dense_reference
 from dlas.report.observations import (
     HELD,
     NOT_HELD,
@@ -24,7 +25,7 @@ from dlas.report.observations import (
     tuning_accelerates_and_changes_best_choice,
 )
 from dlas.report.paper import load_paper
-from dlas.report.profiles import ProfiledPoint, dense_reference
+from dlas.report.profile_data import ProfiledPoint
 from dlas.report.speedup import speedup_cells
 from dlas.report.tables import (
     compare_algorithm,

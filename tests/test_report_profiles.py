@@ -12,13 +12,9 @@ import pytest
 from dlas.profile.limits import MachineLimits
 from dlas.profile.roofline import place_layers
 from dlas.report import build_report
-from dlas.report.profiles import (
-    MAX_ROOFLINE_POINTS,
-    ProfiledPoint,
-    load_profiles,
-    pair_speedups,
-    select_roofline_points,
-)
+from dlas.report.layer_speedups import pair_speedups
+from dlas.report.profile_data import ProfiledPoint, load_profiles
+from dlas.report.profiles import MAX_ROOFLINE_POINTS, select_roofline_points
 from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.profiles import save_profile
 from dlas.results.store import ResultStore

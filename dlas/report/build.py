@@ -16,7 +16,8 @@ from dlas.report.experiments import Experiment
 from dlas.report.figures import accuracy_figure, inference_figure
 from dlas.report.observations import observations
 from dlas.report.paper import Paper, load_paper
-from dlas.report.profiles import ProfiledPoint, load_profiles, profile_section
+from dlas.report.profile_data import ProfiledPoint, load_profiles
+from dlas.report.profiles import profile_section
 from dlas.report.render import (
     Bullets,
     Cell,

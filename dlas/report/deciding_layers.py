@@ -21,15 +21,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlas.report.breakdown import OUTSIDE, outside_ms
-from dlas.report.observations.verdict import Comparison, Observation
-from dlas.report.profiles import (
+from dlas.report.layer_speedups import (
     ConvLayer,
-    ProfiledPoint,
     align_convs,
     conv_layers,
     layer_shape,
     weight_count,
 )
+from dlas.report.observations.verdict import Comparison, Observation
+from dlas.report.profile_data import ProfiledPoint
 from dlas.results.layer_profile import PointProfile
 
 #: Layers named per comparison, and comparisons shown per observation part.
