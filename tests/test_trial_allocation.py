@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dlas.tuning.metaschedule.tune import MIN_TASK_TRIALS, allot_by_time
+from dlas.tuning.metaschedule.plan import MIN_TASK_TRIALS, allot_by_time
 
 
 def test_trials_follow_the_time_not_the_order() -> None:

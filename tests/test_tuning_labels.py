@@ -26,8 +26,9 @@ from dlas.targets.host import host_target
 from dlas.tuning.metaschedule import tune
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import Timeouts
+from dlas.tuning.metaschedule.report import TaskReport
 from dlas.tuning.metaschedule.tasks import Task
-from dlas.tuning.metaschedule.tune import MetaScheduleHook, TaskReport, TuningSettings
+from dlas.tuning.metaschedule.tune import MetaScheduleHook, TuningSettings
 
 SOURCE, TARGET, BIG = "add7", "add5", "add64"
 

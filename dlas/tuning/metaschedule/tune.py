@@ -20,7 +20,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,24 @@ from dlas.tuning.metaschedule.measure import (
     task_signature,
 )
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
+from dlas.tuning.metaschedule.plan import (
+    MIN_TASK_TRIALS,
+    Job,
+    SessionPlan,
+    allot_by_time,
+    group_sessions,
+    task_time,
+)
 from dlas.tuning.metaschedule.pooled_builder import PooledBuilder
 from dlas.tuning.metaschedule.ray_builder import RayBuilder
+from dlas.tuning.metaschedule.report import (
+    Allocation,
+    TaskReport,
+    TransferMode,
+    TuningReport,
+    reused_report,
+    with_source,
+)
 from dlas.tuning.metaschedule.sparse_space import csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 from dlas.tuning.metaschedule.transfer import (
@@ -76,66 +92,13 @@ class TuningSettings:
     runner_number: int = 3
     #: Transfer-tuning: "on" (replay matching tasks' schedules, then search), "only" (no
     #: search trials), "off".
-    transfer: str = "on"
+    transfer: TransferMode = "on"
     #: Source workloads replayed per task.
     transfer_sources: int = 4
     #: How the point's trials are shared among its tasks: "time" (in proportion to each
     #: task's share of the model's time, measured: `allot_by_time`) or "flops" (the
     #: gradient scheduler's first round over the tasks, largest MACs first).
-    allocation: str = "time"
-
-
-@dataclass
-class TaskReport:
-    task: str
-    kind: str  # "dense", "vector" (a dense conv in NHWC/NCHWc) or "sparse"
-    #: "tuned" (searched at this point), "reused" (tuned by an earlier point),
-    #: "transferred" (no search trials for the workload, but schedules of other tuned
-    #: workloads were replayed and measured on it: at this point, or by an earlier one
-    #: whose records are reused; `source` says whether one of them or the minimal
-    #: schedule applies), "untuned" (no search trials and nothing transferred: the
-    #: minimal schedule applies), "failed" (no valid candidate).
-    outcome: str
-    trials: int = 0
-    best_us: float | None = None
-    seconds: float = 0.0
-    ended_by: str = ""
-    note: str = ""
-    #: The algorithm's minimal schedule, measured like any candidate.
-    minimal_us: float | None = None
-    #: Where the applied schedule came from: "searched", "minimal" (it was faster) or
-    #: "transferred from <task>" (a schedule of that workload, replayed on this one).
-    source: str = ""
-    #: Transferred schedules measured for this task by this point (not search trials).
-    transfer_candidates: int = 0
-
-
-@dataclass
-class TuningReport:
-    database: str
-    tasks: list[TaskReport] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def count(self, outcome: str) -> int:
-        return sum(t.outcome == outcome for t in self.tasks)
-
-    @property
-    def trials(self) -> int:
-        """Trials measured by this run (reused tasks cost none)."""
-        return sum(t.trials for t in self.tasks if t.outcome != "reused")
-
-    @property
-    def transfer_candidates(self) -> int:
-        """Transferred schedules measured by this run."""
-        return sum(t.transfer_candidates for t in self.tasks)
-
-    def summary(self) -> dict[str, Any]:
-        return {"database": self.database, "seconds": self.seconds, "trials": self.trials,
-                "tasks": len(self.tasks), "tuned": self.count("tuned"),
-                "reused": self.count("reused"), "untuned": self.count("untuned"),
-                "failed": self.count("failed"), "transferred": self.count("transferred"),
-                "transfer_candidates": self.transfer_candidates,
-                "per_task": [asdict(t) for t in self.tasks]}
+    allocation: Allocation = "time"
 
 
 def _flops(task: Task) -> float:
@@ -231,17 +194,17 @@ class MetaScheduleHook:
             eligible.append((i, task, kind))
         cap = self.settings.trials_per_task
         reused: list[tuple[int, Task, str]] = []
-        jobs: list[_Job] = []
+        jobs: list[Job] = []
         for i, task, kind in eligible:
             need = db.needs(task.mod, task.name, cap, self.settings.trials)
             if need == 0:
                 reused.append((i, task, kind))
             else:
-                jobs.append(_Job(i, task, kind, need))
+                jobs.append(Job(i, task, kind, need))
         by_time = self.settings.allocation == "time" and self.settings.transfer != "only"
         # by time: planned once every task's time (minimal, or transferred) is measured
         sessions = [] if self.settings.transfer == "only" or by_time else [
-            self._session_plan(session) for session in _sessions(jobs)]
+            self._session_plan(session) for session in group_sessions(jobs)]
         transfer_todo = (self._transfer_todo(db, jobs) if self.settings.transfer != "off"
                          else [])
         # Minimal schedules are measured for the tasks whose schedule can change at this
@@ -257,14 +220,14 @@ class MetaScheduleHook:
                 job.task.name, (db.entry(job.task.mod, job.task.name).minimal_us, ""))
         for _, task, kind in reused:
             minimal_us, why = minimal[task.name]
-            report = _reused_report(db, task, kind, why)
-            self.report.tasks.append(_with_source(report, minimal_us, db, task))
+            report = reused_report(db, task, kind, why)
+            self.report.tasks.append(with_source(report, minimal_us, db, task))
         transferred = self._transfer(db, transfer_todo, target)
         if by_time:
-            sessions = [self._time_plan(db, session) for session in _sessions(jobs)]
+            sessions = [self._time_plan(db, session) for session in group_sessions(jobs)]
         if self.settings.transfer == "only":
             for job in jobs:
-                self.report.tasks.append(_with_source(
+                self.report.tasks.append(with_source(
                     self._transfer_only_report(db, job, transferred), job.minimal_us, db,
                     job.task))
         for plan in sessions:
@@ -278,7 +241,7 @@ class MetaScheduleHook:
                 if job.why:
                     report.note = "; ".join(n for n in (report.note, job.why) if n)
                 report.transfer_candidates = transferred.get(job.task.name, 0)
-                self.report.tasks.append(_with_source(report, job.minimal_us, db, job.task))
+                self.report.tasks.append(with_source(report, job.minimal_us, db, job.task))
         with target, db.database, tvm.transform.PassContext(opt_level=3):
             tuned = relax.transform.MetaScheduleApplyDatabase()(mod)
         self.report.seconds = time.perf_counter() - start
@@ -322,7 +285,7 @@ class MetaScheduleHook:
                                               s.runner_repeat, s.runner_number)
         return self._shared_runner
 
-    def _transfer_todo(self, db: TuningDatabase, jobs: list[_Job]) -> list[_Job]:
+    def _transfer_todo(self, db: TuningDatabase, jobs: list[Job]) -> list[Job]:
         """The tasks transfer-tuning has something to offer: not yet offered, and with a
         structurally matching tuned workload in the database other than themselves."""
         sources = source_structures(db)
@@ -330,7 +293,7 @@ class MetaScheduleHook:
                 and sources.get(structure_key(job.task.mod), set())
                 - {workload_key(job.task.mod)}]
 
-    def _transfer(self, db: TuningDatabase, todo: list[_Job],
+    def _transfer(self, db: TuningDatabase, todo: list[Job],
                   target: tvm.target.Target) -> dict[str, int]:
         """Transfer-tuning before the search: each task's structurally matching tuned
         workloads' best schedules replayed on it, measured and committed (`transfer`)."""
@@ -353,7 +316,7 @@ class MetaScheduleHook:
                  f"{time.perf_counter() - started:.1f}s")
         return counts
 
-    def _transfer_only_report(self, db: TuningDatabase, job: _Job,
+    def _transfer_only_report(self, db: TuningDatabase, job: Job,
                               transferred: dict[str, int]) -> TaskReport:
         """A task given no search trials (`transfer: only`): its best transferred schedule
         (if any beat its minimal one) is what applies; the task stays open for a later
@@ -384,21 +347,21 @@ class MetaScheduleHook:
             return vector_space(_schedulers(task.algorithms), target, _vector_bits(target))
         return "post-order-apply"
 
-    def _session_plan(self, jobs: list[_Job]) -> _SessionPlan:
+    def _session_plan(self, jobs: list[Job]) -> SessionPlan:
         """A session's budget and batch, and which of its tasks the gradient scheduler's
         first round (one batch per task, in order) reaches before the budget is spent."""
         budget = min(self.settings.trials, sum(job.need for job in jobs))
         per_iter = min(self.settings.trials_per_iter, max(job.need for job in jobs))
-        reached: list[_Job] = []
+        reached: list[Job] = []
         left = budget
         for job in jobs:
             if left <= 0:
                 break
             reached.append(job)
             left -= min(per_iter, job.need)
-        return _SessionPlan(budget, per_iter, reached, jobs[len(reached):])
+        return SessionPlan(budget, per_iter, reached, jobs[len(reached):])
 
-    def _time_plan(self, db: TuningDatabase, jobs: list[_Job]) -> _SessionPlan:
+    def _time_plan(self, db: TuningDatabase, jobs: list[Job]) -> SessionPlan:
         """A session whose trials are shared by time (`allot_by_time`): each task's time is
         its calls x the best schedule measured for it so far (minimal, transferred or
         searched), so a task that a transferred schedule already made fast gets few trials
@@ -406,7 +369,7 @@ class MetaScheduleHook:
         few MACs, much time) gets many. A task whose time could not be measured counts as
         the median task."""
         s = self.settings
-        times = [_task_time(db, job) for job in jobs]
+        times = [task_time(db, job) for job in jobs]
         known = sorted(t for t in times if t is not None)
         median = known[len(known) // 2] if known else 1.0
         times = [t if t is not None else median for t in times]
@@ -425,10 +388,10 @@ class MetaScheduleHook:
         # each task's batches are cut to its allotment (`TaskSearch`), so the first round
         # reaches every task given trials without smaller batches (a batch costs a search
         # step: ResNet18 w0.5's 256 trials took 688 s in batches of 17, 353 s in 64s)
-        return _SessionPlan(sum(job.need for job in reached), s.trials_per_iter, reached,
+        return SessionPlan(sum(job.need for job in reached), s.trials_per_iter, reached,
                             unreached)
 
-    def _tune_session(self, db: TuningDatabase, plan: _SessionPlan, n_tasks: int,
+    def _tune_session(self, db: TuningDatabase, plan: SessionPlan, n_tasks: int,
                       target: tvm.target.Target) -> list[TaskReport]:
         """Tune the plan's reached jobs in one MetaSchedule run: one builder, one runner
         (each task's real CSR arrays picked by its argument signature), and MetaSchedule's
@@ -493,7 +456,7 @@ class MetaScheduleHook:
         return [self._finish(db, job, p, budget, spent, seconds * p.trials / max(spent, 1))
                 for job, p in zip(jobs, progress, strict=True)]
 
-    def _finish(self, db: TuningDatabase, job: _Job, p: TaskProgress, budget: int,
+    def _finish(self, db: TuningDatabase, job: Job, p: TaskProgress, budget: int,
                 spent: int, seconds: float) -> TaskReport:
         """Book one task of a finished session in the ledger and say how it went."""
         task, kind = job.task, job.kind
@@ -528,138 +491,3 @@ class MetaScheduleHook:
                               seconds=seconds, ended_by=ended_by, note=note)
         return TaskReport(task.name, kind, "tuned", trials=p.trials,
                           best_us=entry.best_us, seconds=seconds, ended_by=ended_by)
-
-
-#: Fewer trials than this on a task are not worth its search's start (the first batch of
-#: an evolutionary search is mostly random samples).
-MIN_TASK_TRIALS = 8
-
-
-def allot_by_time(times: list[float], needs: list[int], budget: int,
-                  minimum: int) -> list[int]:
-    """Trials per task in proportion to its time, each at most its need, summing to at most
-    `budget`: water-filling. A task whose proportional share reaches its need gets its need
-    and leaves the rest to the others; while the smallest task's share is under `minimum`,
-    it gets none and the others share again; what rounding leaves goes to the largest
-    tasks. Pure, so the rule is tested by hand."""
-    allot = [0] * len(times)
-    active = [i for i, (t, n) in enumerate(zip(times, needs, strict=True)) if t > 0 and n > 0]
-    left = budget
-    while active and left > 0:
-        total = sum(times[i] for i in active)
-        raw = {i: left * times[i] / total for i in active}
-        capped = [i for i in active if raw[i] >= needs[i]]
-        if capped:
-            for i in capped:
-                allot[i] = needs[i]
-                left -= needs[i]
-            active = [i for i in active if i not in capped]
-            continue
-        smallest = min(active, key=lambda i: times[i])
-        if raw[smallest] < minimum and len(active) > 1:
-            active.remove(smallest)
-            continue
-        for i in active:
-            allot[i] = int(raw[i])
-        left -= sum(allot[i] for i in active)
-        for i in sorted(active, key=lambda i: -times[i]):
-            extra = min(left, needs[i] - allot[i])
-            allot[i] += extra
-            left -= extra
-        break
-    # a task lacking fewer than `minimum` trials (a resumed one) still gets what it lacks
-    return [a if a >= min(minimum, budget) or a == need else 0
-            for a, need in zip(allot, needs, strict=True)]
-
-
-def _task_time(db: TuningDatabase, job: _Job) -> float | None:
-    """The task's time in one inference, us: its calls x its best schedule so far."""
-    measured = [t for t in (job.minimal_us, db.best_us(job.task.mod)) if t]
-    return job.task.weight * min(measured) if measured else None
-
-
-@dataclass
-class _Job:
-    """A task of the point that needs trials."""
-
-    index: int  # its rank among the point's tasks (largest first), for progress lines
-    task: Task
-    kind: str
-    need: int
-    minimal_us: float | None = None
-    why: str = ""
-
-
-@dataclass
-class _SessionPlan:
-    """One tuning session: its budget and batch size, the jobs its scheduler's first round
-    reaches (tuned) and those it cannot (no trials at this budget)."""
-
-    budget: int
-    per_iter: int
-    reached: list[_Job]
-    unreached: list[_Job]
-
-
-def _sessions(jobs: list[_Job]) -> list[list[_Job]]:
-    """Jobs grouped into as few tuning sessions as their runner arguments allow: one,
-    unless two CSR tasks have equal argument signatures but different arrays (the
-    runner's allocator tells tasks apart by signature only)."""
-    sessions: list[tuple[dict[str, Task], list[_Job]]] = []
-    for job in jobs:
-        values = job.task.index_constants()
-        signature = task_signature(job.task.mod) if values else ""
-        for seen, session in sessions:
-            other = seen.get(signature)
-            if not values or other is None or _same_values(other.index_constants(), values):
-                session.append(job)
-                if values:
-                    seen[signature] = job.task
-                break
-        else:
-            sessions.append(({signature: job.task} if values else {}, [job]))
-    return [session for _, session in sessions]
-
-
-def _same_values(a: dict[int, np.ndarray], b: dict[int, np.ndarray]) -> bool:
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
-
-
-def _reused_report(db: TuningDatabase, task: Task, kind: str, note: str) -> TaskReport:
-    """A task the ledger says needs nothing at this point. A workload never searched
-    (an earlier point's scheduler gave it no trials) whose records include transferred
-    schedules is labelled so, as that earlier point labelled it; else it is reused."""
-    entry = db.entry(task.mod, task.name)
-    searched = max(entry.trials, db.measured_trials(task.mod))
-    outcome = "transferred" if entry.transferred and searched == 0 else "reused"
-    return TaskReport(task.name, kind, outcome, trials=entry.trials,
-                      best_us=db.best_us(task.mod), ended_by=entry.ended_by, note=note)
-
-
-def _with_source(report: TaskReport, minimal_us: float | None, db: TuningDatabase,
-                 task: Task) -> TaskReport:
-    """Say whether the schedule applied is the searched one or the minimal one. The
-    database's best record is applied; it is the minimal schedule when it schedules the
-    same module (the search can measure the minimal trace again, from the database's
-    records it seeds its population with, and that reading may be the faster one)."""
-    report.minimal_us = minimal_us
-    if report.outcome not in ("tuned", "reused", "failed", "transferred"):
-        return report
-    if report.outcome == "failed":
-        report.source = "minimal" if minimal_us is not None else ""
-        return report
-    entry = db.entry(task.mod, task.name)
-    best = db.best_schedule_key(task.mod)
-    # a transferred best is known by its key, measured minimal schedule or not (a point
-    # that measures nothing new reads no minimal time for a task it does not change)
-    if best is not None and best in entry.transferred:
-        report.source = f"transferred from {entry.transferred[best]}"
-        return report
-    if minimal_us is None:
-        return report
-    if entry.minimal_key is not None:
-        kept_minimal = best == entry.minimal_key
-    else:  # a ledger from before schedules were identified: compare times
-        kept_minimal = report.best_us is not None and report.best_us >= minimal_us
-    report.source = "minimal" if kept_minimal else "searched"
-    return report
