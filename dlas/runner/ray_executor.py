@@ -320,12 +320,15 @@ class RayRunner(PlanExecutor):
         self.console.note(f"ray: {len([n for n in ray.nodes() if n.get('Alive')])} "
                           f"node(s), {resources.get('CPU', 0):g} CPUs; {self._auth}")
 
-    def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
-        import ray
-
+    def _entries(self, run: SweepRun, plans: list[PointPlan]
+                 ) -> tuple[list[_PointState], dict[Node, _PointState],
+                            dict[Node, Node | None], dict[Node, StageOutcome]]:
+        """The sweep's stage entries: each point's state, every entry once (for its first
+        point) with its parent entry, and the outcomes of those the cache already holds
+        (a damaged one is said and submitted like a missing one; the task discards it)."""
         states = [_PointState(plan, [Node(s.name, plan.keys[s.name]) for s in plan.stored],
                               new_row(plan.point, run.name)) for plan in plans]
-        needed: dict[Node, _PointState] = {}  # each entry once, for its first point
+        needed: dict[Node, _PointState] = {}
         parent: dict[Node, Node | None] = {}
         for state in states:
             for before, node in zip([None, *state.nodes], state.nodes, strict=False):
@@ -337,10 +340,15 @@ class RayRunner(PlanExecutor):
             if check.usable:
                 outcome[node] = StageOutcome(meta=self.cache.meta(node.stage, node.key))
                 self.report.reused[node.stage] += 1
-            elif check.damaged:  # submitted like a missing entry; the task discards it
+            elif check.damaged:
                 self.report.damaged[node.stage] += 1
                 self.console.damaged(check)
+        return states, needed, parent, outcome
 
+    def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
+        import ray
+
+        states, needed, parent, outcome = self._entries(run, plans)
         remote = ray.remote(run_stage_task)
         remote_group = ray.remote(run_timing_group_task)
         timing_cpus = self._node_cpus()
