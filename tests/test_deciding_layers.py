@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from dlas.report import build_report
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.report.deciding_layers import OUTSIDE, explain, observation_layers
 from dlas.report.layer_speedups import align_convs, conv_layers
-from dlas.report.observations import Comparison, observations
+from dlas.report.observations import ComparedPair, observations
 from dlas.report.profile_data import ProfiledPoint, load_profiles
 from tests.test_report import make_db, point_from_row
 from tests.test_report_profiles import (
@@ -45,7 +45,7 @@ def test_a_change_is_split_over_the_layers_by_hand() -> None:
     dense = _profiled("direct", dense_direct())
     gemm = _profiled("gemm", profile([conv(0, 0, CONV0, 150.0), conv(1, 1, CONV1, 600.0)],
                                      0.9))
-    layers = explain(Comparison("case", dense.point, gemm.point),
+    layers = explain(ComparedPair("case", dense.point, gemm.point),
                      {dense.point.key: dense, gemm.point.key: gemm})
     assert layers is not None and not layers.expected
     assert layers.whole_us == pytest.approx(200.0)
@@ -67,7 +67,7 @@ def test_a_pruned_point_is_explained_by_the_time_lost_against_its_ideal() -> Non
     it."""
     dense = _profiled("direct", dense_direct())
     csr = _profiled("csr", pruned_direct_csr())
-    layers = explain(Comparison("case", dense.point, csr.point, "expected"),
+    layers = explain(ComparedPair("case", dense.point, csr.point, "expected"),
                      {dense.point.key: dense, csr.point.key: csr})
     assert layers is not None and layers.expected
     changes = _by_name(layers)
@@ -101,10 +101,10 @@ def test_convs_pair_by_shape_where_indices_disagree_and_by_index_where_shapes_al
 def test_no_profiles_no_explanation() -> None:
     dense = _profiled("direct", dense_direct())
     gemm = point_from_row(report_rows()["gemm"])
-    assert explain(Comparison("case", dense.point, gemm), {dense.point.key: dense}) is None
+    assert explain(ComparedPair("case", dense.point, gemm), {dense.point.key: dense}) is None
 
 
-def _profiled_db(tmp_path: Path) -> tuple[Path, list[Point]]:
+def _profiled_db(tmp_path: Path) -> tuple[Path, list[ReportPoint]]:
     rows = report_rows()
     db = make_db(tmp_path / "results.db", [rows["direct"], rows["gemm"], rows["csr"],
                                            rows["unprofiled"]])

@@ -16,7 +16,7 @@ import pytest
 
 from dlas.report import build_report
 from dlas.report.comparisons import (
-    Interval,
+    Statistic,
     above,
     at_least,
     geomean_interval,
@@ -64,17 +64,17 @@ def test_interval_arithmetic_and_thresholds() -> None:
                                   algorithm="direct_csr", sparsity=0.9))
     s = speedup_interval(dense, pruned)  # 100/20, from the ends: 99/21 .. 101/19
     assert (s.value, s.low, s.high) == pytest.approx((5.0, 99 / 21, 101 / 19))
-    m = mean_interval([Interval(1, 0.5, 2), Interval(3, 2, 4)])
+    m = mean_interval([Statistic(1, 0.5, 2), Statistic(3, 2, 4)])
     assert (m.value, m.low, m.high) == (2, 1.25, 3)
-    g = geomean_interval([Interval(2, 1, 4), Interval(8, 4, 16)])
+    g = geomean_interval([Statistic(2, 1, 4), Statistic(8, 4, 16)])
     assert (g.value, g.low, g.high) == pytest.approx((4, 2, 8))
-    assert geomean_interval([Interval(2, 0, 4), Interval(2, 1, float("inf"))]).low == 0
-    assert [at_least(Interval(2, lo, hi), 2.0) for lo, hi in ((2, 3), (1, 1.9), (1.9, 2.1))] \
+    assert geomean_interval([Statistic(2, 0, 4), Statistic(2, 1, float("inf"))]).low == 0
+    assert [at_least(Statistic(2, lo, hi), 2.0) for lo, hi in ((2, 3), (1, 1.9), (1.9, 2.1))] \
         == [True, False, None]
-    assert [above(Interval(.5, lo, hi), .5) for lo, hi in ((.6, .7), (.4, .5), (.5, .6))] \
+    assert [above(Statistic(.5, lo, hi), .5) for lo, hi in ((.6, .7), (.4, .5), (.5, .6))] \
         == [True, False, None]
-    assert Interval.exact(2.0).text(unit="x") == "2.00x"
-    assert Interval(2.0, 1.5, 2.5).text(unit="x") == "2.00x [1.50, 2.50]"
+    assert Statistic.exact(2.0).text(unit="x") == "2.00x"
+    assert Statistic(2.0, 1.5, 2.5).text(unit="x") == "2.00x [1.50, 2.50]"
 
 
 # -- combine ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlas.report.data import NCHW, RUNTIME_NAMES, Point, latest_per_label, load_points
+from dlas.report.data import NCHW, RUNTIME_NAMES, ReportPoint, latest_per_label, load_points
 from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
 from dlas.report.figures import accuracy_figure, inference_figure
@@ -81,7 +81,7 @@ def fmt_ms(ms: float | None) -> str:
     return "-" if ms is None else (f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms")
 
 
-def fmt_time(p: Point) -> str:
+def fmt_time(p: ReportPoint) -> str:
     """A point's median with the 95% confidence interval of the median: '1.23 ms
     [1.20-1.26]', so a reader sees how far apart two medians must be to differ; rows
     written before intervals existed show the interquartile range of their samples."""
@@ -101,7 +101,7 @@ def fmt_time(p: Point) -> str:
 # -- sections ------------------------------------------------------------------------------
 
 
-def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str] | None,
+def _header(doc: Document, points: list[ReportPoint], db_path: Path, sweeps: list[str] | None,
             experiment: Experiment | None, profile: str | None, paper: Paper,
             notes: Iterable[str]) -> None:
     status = Counter(p.status for p in points)
@@ -146,7 +146,7 @@ def _header(doc: Document, points: list[Point], db_path: Path, sweeps: list[str]
     doc.add(Bullets(lines))
 
 
-def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Path,
+def _accuracy_section(doc: Document, points: list[ReportPoint], paper: Paper, out: Path,
                       files: list[Path]) -> None:
     doc.add(Heading("Accuracy and compression (Tables 2 and 5, Figure 3)"))
     tables = accuracy_tables(points)
@@ -192,13 +192,13 @@ def _accuracy_section(doc: Document, points: list[Point], paper: Paper, out: Pat
                                "pruning level (star = level used), and float16 / int8 accuracy"))
 
 
-def _has_layouts(points: Iterable[Point]) -> bool:
+def _has_layouts(points: Iterable[ReportPoint]) -> bool:
     """Whether any result ran in a layout other than NCHW: only then do the sections say
     anything about layouts (a sweep without them reads as it always did)."""
     return any(p.layout != NCHW for p in points if p.is_result)
 
 
-def _beside_nchw(row: SpeedRow, shown: Point | None, *, time_shown: bool) -> str:
+def _beside_nchw(row: SpeedRow, shown: ReportPoint | None, *, time_shown: bool) -> str:
     """What a speed cell adds when its fastest layout is not NCHW: its time (unless the
     cell already shows it) and the NCHW time of the same compression and algorithm, the
     paper's setting: ', 4.23 ms · NCHW 16.9 ms'."""
@@ -209,7 +209,7 @@ def _beside_nchw(row: SpeedRow, shown: Point | None, *, time_shown: bool) -> str
     return f"{own} · NCHW {fmt_ms(nchw.latency_ms) if nchw else 'not measured'}"
 
 
-def _speed_section(doc: Document, points: list[Point], paper: Paper,
+def _speed_section(doc: Document, points: list[ReportPoint], paper: Paper,
                    experiment: Experiment | None, out: Path, files: list[Path]) -> None:
     doc.add(Heading("Fastest algorithm and compression (Tables 3, 4 and 6)"))
     platforms = experiment.paper_platforms if experiment else None
@@ -289,7 +289,7 @@ def _layout_speedup(row: LayoutRow) -> str:
     return f"{speedup:.2f}x" + ("" if row.decided() else " (a tie within noise)")
 
 
-def _layout_section(doc: Document, points: list[Point]) -> None:
+def _layout_section(doc: Document, points: list[ReportPoint]) -> None:
     """Layer 4's data formats: every layout an algorithm was measured in, its fastest and
     what that bought over NCHW. Only for sweeps that ran layouts other than NCHW."""
     tables = layout_tables(points)
@@ -311,7 +311,7 @@ def _layout_section(doc: Document, points: list[Point]) -> None:
                       "layout; a speedup whose interval does not exclude 1 is a tie."))
 
 
-def _speedup_section(doc: Document, points: list[Point], paper: Paper,
+def _speedup_section(doc: Document, points: list[ReportPoint], paper: Paper,
                      experiment: Experiment | None) -> None:
     doc.add(Heading("Expected speedup"))
     doc.add(Para(
@@ -355,7 +355,7 @@ def fmt_ratio_vs(ratio: float | None) -> str:
     return f"{1 / ratio:.2f}x faster"
 
 
-def _noisy(p: Point) -> str:
+def _noisy(p: ReportPoint) -> str:
     if not p.noisy:
         return ""
     reason = p.noise_reason or ""
@@ -366,7 +366,7 @@ def _noisy(p: Point) -> str:
     return f" (noisy, cv {p.latency_cv:.0%})" if p.latency_cv is not None else " (noisy)"
 
 
-def _baseline_section(doc: Document, points: list[Point]) -> None:
+def _baseline_section(doc: Document, points: list[ReportPoint]) -> None:
     doc.add(Heading("TVM against ONNX Runtime and PyTorch"))
     cmp = baseline_comparison(points)
     if not cmp.baselines:
@@ -405,7 +405,7 @@ def _baseline_section(doc: Document, points: list[Point]) -> None:
                   "time is than the baseline's."))
 
 
-def _reproducibility_section(doc: Document, points: list[Point]) -> None:
+def _reproducibility_section(doc: Document, points: list[ReportPoint]) -> None:
     """How far independent timing runs agreed, per runtime (`dlas.results.reproducibility`):
     what a row's interval does not say."""
     from dlas.results.reproducibility import TVM, TimedPoint, pct, run_agreement
@@ -442,7 +442,7 @@ def _reproducibility_section(doc: Document, points: list[Point]) -> None:
         "larger over the smaller."))
 
 
-def _observations_section(doc: Document, points: list[Point], paper: Paper,
+def _observations_section(doc: Document, points: list[ReportPoint], paper: Paper,
                           profiled: dict[str, ProfiledPoint]) -> None:
     """The thirteen observations; under each, the layers that decide it where the points
     it compared have profiles (`profiled`, by point key)."""
@@ -469,9 +469,9 @@ def _observations_section(doc: Document, points: list[Point], paper: Paper,
                     doc.add(Bullets(lines))
 
 
-def _environment_section(doc: Document, points: list[Point]) -> None:
+def _environment_section(doc: Document, points: list[ReportPoint]) -> None:
     doc.add(Heading("Environment"))
-    envs: dict[str, tuple[dict[str, Any], list[Point]]] = {}
+    envs: dict[str, tuple[dict[str, Any], list[ReportPoint]]] = {}
     for p in points:
         if not p.environment:
             continue
@@ -503,7 +503,7 @@ def _environment_section(doc: Document, points: list[Point]) -> None:
         doc.add(Bullets(items))
 
 
-def _verification_section(doc: Document, points: list[Point]) -> None:
+def _verification_section(doc: Document, points: list[ReportPoint]) -> None:
     doc.add(Heading("Verification of every point"))
     bad = [p for p in points if p.status == "verification_failed"]
     doc.add(Para(

@@ -14,7 +14,7 @@ timed points (`dlas.results.statistics.compare` over their timing histories).
 
 A statistic computed from timings (a speedup, a share of the expected speedup, their mean
 or geometric mean over cases) is compared with a threshold the same way: as an
-`Interval`, decided only when the whole interval lies on one side (`at_least`, `above`);
+`Statistic`, decided only when the whole interval lies on one side (`at_least`, `above`);
 one that straddles the threshold is a tie. The intervals are propagated simply and
 conservatively:
 
@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.results.statistics import Comparison, GroupKey, compare
 from dlas.results.timing import groups, usable_runs
 
@@ -43,12 +43,12 @@ from dlas.results.timing import groups, usable_runs
 RESAMPLES = 1000
 
 
-def _groups(p: Point, placement: str) -> dict[GroupKey, list[float]]:
+def _groups(p: ReportPoint, placement: str) -> dict[GroupKey, list[float]]:
     runs, loaded = usable_runs(p.runs)
     return groups(runs, placement, allow_loaded=loaded)
 
 
-def _placements(p: Point) -> list[str]:
+def _placements(p: ReportPoint) -> list[str]:
     """The placements `p` has undisturbed rounds in, preferred first."""
     return [s for s in PREFERENCE if _groups(p, s)]
 
@@ -67,7 +67,7 @@ def common_placement(pa: list[str], pb: list[str]) -> tuple[str, str] | None:
 _cache: dict[tuple[str, float, str, float], Comparison] = {}
 
 
-def compare_points(a: Point, b: Point) -> Comparison:
+def compare_points(a: ReportPoint, b: ReportPoint) -> Comparison:
     """median(b) / median(a) with its interval and verdict (see the module doc)."""
     key = (a.key, a.updated_at, b.key, b.updated_at)
     if key not in _cache:
@@ -75,7 +75,7 @@ def compare_points(a: Point, b: Point) -> Comparison:
     return _cache[key]
 
 
-def _compare(a: Point, b: Point) -> Comparison:
+def _compare(a: ReportPoint, b: ReportPoint) -> Comparison:
     if a.latency_ms is None or b.latency_ms is None:
         raise ValueError("both points need a timing to be compared")
     if a.runs and b.runs:
@@ -97,14 +97,15 @@ def _compare(a: Point, b: Point) -> Comparison:
     return Comparison(ratio, ratio, ratio, verdict, False, "medians only")
 
 
-def faster(a: Point, b: Point) -> bool | None:
+def faster(a: ReportPoint, b: ReportPoint) -> bool | None:
     """True when `a` is decidedly faster than `b`, False when decidedly slower, None for
     a tie within noise (or an incomparable pair)."""
     c = compare_points(a, b)
     return True if c.verdict == "a_faster" else False if c.verdict == "b_faster" else None
 
 
-def decided_fastest(candidates: Iterable[Point]) -> tuple[Point | None, list[Point]]:
+def decided_fastest(candidates: Iterable[ReportPoint]
+                    ) -> tuple[ReportPoint | None, list[ReportPoint]]:
     """(The fastest point, the others it ties with). The fastest by median is compared
     with each other candidate; those it is not decidedly faster than tie with it."""
     points = [p for p in candidates if p.latency_ms is not None]
@@ -125,7 +126,7 @@ def ties_line(compared: int, ties: int) -> str:
 
 
 @dataclass(frozen=True)
-class Interval:
+class Statistic:
     """A statistic (`value`, from the points' medians) with a conservative 95% interval
     (`low` <= value <= high; ends may be 0 or inf where nothing bounds them)."""
 
@@ -134,12 +135,12 @@ class Interval:
     high: float
 
     @classmethod
-    def exact(cls, value: float) -> Interval:
+    def exact(cls, value: float) -> Statistic:
         return cls(value, value, value)
 
-    def scaled(self, factor: float) -> Interval:
+    def scaled(self, factor: float) -> Statistic:
         """A positive constant multiple (a speedup as a share of its ideal)."""
-        return Interval(self.value * factor, self.low * factor, self.high * factor)
+        return Statistic(self.value * factor, self.low * factor, self.high * factor)
 
     def text(self, fmt: str = ".2f", unit: str = "") -> str:
         """'1.23x [1.10, 1.40]'; the value alone when the interval is a point."""
@@ -149,16 +150,16 @@ class Interval:
         return f"{value} [{self.low:{fmt}}, {self.high:{fmt}}]"
 
 
-def speedup_interval(base: Point, other: Point) -> Interval:
+def speedup_interval(base: ReportPoint, other: ReportPoint) -> Statistic:
     """How many times faster `other` is than `base` (median(base) / median(other)), with
     the ratio's interval from `compare_points` ([0, inf] for an incomparable pair)."""
     assert base.latency_ms is not None and other.latency_ms is not None
     value = base.latency_ms / other.latency_ms
     c = compare_points(other, base)
     if c.low is None or c.high is None:
-        return Interval(value, 0.0, math.inf)
+        return Statistic(value, 0.0, math.inf)
     # the bootstrap's ratio is of pooled samples; keep the medians' ratio inside it
-    return Interval(value, min(c.low, value), max(c.high, value))
+    return Statistic(value, min(c.low, value), max(c.high, value))
 
 
 def _geo(values: list[float]) -> float:
@@ -169,39 +170,39 @@ def _geo(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def mean_interval(intervals: Iterable[Interval]) -> Interval:
+def mean_interval(intervals: Iterable[Statistic]) -> Statistic:
     """Arithmetic mean over cases: mean of the low ends to mean of the high ends."""
     ivs = list(intervals)
     if not ivs:
         raise ValueError("mean of nothing")
     n = len(ivs)
-    return Interval(sum(i.value for i in ivs) / n, sum(i.low for i in ivs) / n,
+    return Statistic(sum(i.value for i in ivs) / n, sum(i.low for i in ivs) / n,
                     sum(i.high for i in ivs) / n)
 
 
-def geomean_interval(intervals: Iterable[Interval]) -> Interval:
+def geomean_interval(intervals: Iterable[Statistic]) -> Statistic:
     """Geometric mean over cases: geometric mean of the low ends to that of the highs."""
     ivs = list(intervals)
     if not ivs:
         raise ValueError("geomean of nothing")
-    return Interval(_geo([i.value for i in ivs]), _geo([i.low for i in ivs]),
+    return Statistic(_geo([i.value for i in ivs]), _geo([i.low for i in ivs]),
                     _geo([i.high for i in ivs]))
 
 
-def ratio_interval(x: Interval, y: Interval) -> Interval:
+def ratio_interval(x: Statistic, y: Statistic) -> Statistic:
     """x / y of two positive statistics, from opposite ends."""
     def div(a: float, b: float) -> float:
         return math.inf if b == 0 else a / b
 
-    return Interval(div(x.value, y.value), div(x.low, y.high), div(x.high, y.low))
+    return Statistic(div(x.value, y.value), div(x.low, y.high), div(x.high, y.low))
 
 
-def difference_interval(x: Interval, y: Interval) -> Interval:
+def difference_interval(x: Statistic, y: Statistic) -> Statistic:
     """x - y, from opposite ends."""
-    return Interval(x.value - y.value, x.low - y.high, x.high - y.low)
+    return Statistic(x.value - y.value, x.low - y.high, x.high - y.low)
 
 
-def at_least(iv: Interval, threshold: float) -> bool | None:
+def at_least(iv: Statistic, threshold: float) -> bool | None:
     """Whether the statistic is >= threshold: True when its whole interval is, False when
     its whole interval is below, None (a tie) when the interval straddles it."""
     if iv.low >= threshold:
@@ -211,7 +212,7 @@ def at_least(iv: Interval, threshold: float) -> bool | None:
     return None
 
 
-def above(iv: Interval, threshold: float) -> bool | None:
+def above(iv: Statistic, threshold: float) -> bool | None:
     """Whether the statistic is > threshold, decided as `at_least` is."""
     if iv.low > threshold:
         return True

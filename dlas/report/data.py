@@ -174,7 +174,7 @@ def device_kind(target: str, target_params: dict[str, Any] | None) -> str:
 
 
 @dataclass(frozen=True)
-class Point:
+class ReportPoint:
     """One results row, as the report needs it."""
 
     key: str
@@ -297,7 +297,7 @@ def quartiles(row: ResultRow) -> tuple[float | None, float | None]:
     return _float(row.latency_q1_ms), _float(row.latency_q3_ms)
 
 
-def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> Point:
+def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> ReportPoint:
     choices = (row.config or {}).get("choices") or {}
     target = option_name(row, "targets", "target") or "?"
     # rows written since the runner records these facts carry them; older rows get them
@@ -315,7 +315,7 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> Point:
     chosen = info.get("chosen_level")
     target_label = str(row.target or target)
     q1, q3 = quartiles(row) if row.latency_median_ms is not None else (None, None)
-    return Point(
+    return ReportPoint(
         key=row.point_key,
         sweep=str(row.sweep or ""),
         status=row.status,
@@ -367,7 +367,7 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> Point:
     )
 
 
-def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Point]:
+def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[ReportPoint]:
     """Every row of the database (optionally the members of some sweeps) as points, in
     run order, each with its timing history. A point listed by several of the sweeps
     appears once per sweep, so each sweep's tables are whole."""
@@ -386,7 +386,7 @@ def load_points(db_path: Path, sweeps: Iterable[str] | None = None) -> list[Poin
     return out
 
 
-def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
+def latest_per_label(points: Iterable[ReportPoint]) -> tuple[list[ReportPoint], int]:
     """Keep, of the rows that show the same point (sweep, every layer's label and the
     layout), the one written last; returns the kept points and how many were superseded.
 
@@ -394,7 +394,7 @@ def latest_per_label(points: Iterable[Point]) -> tuple[list[Point], int]:
     option's version bump or a budget change adds rows instead of replacing the old ones;
     those old rows describe code or budgets the sweep no longer runs."""
     points = list(points)
-    latest: dict[tuple[str, ...], Point] = {}
+    latest: dict[tuple[str, ...], ReportPoint] = {}
     for p in points:
         label = (p.sweep, p.describe())
         if label not in latest or p.updated_at >= latest[label].updated_at:
@@ -411,6 +411,6 @@ def sweep_names(db_path: Path) -> list[str]:
         return store.sweeps()
 
 
-def results(points: Iterable[Point]) -> list[Point]:
+def results(points: Iterable[ReportPoint]) -> list[ReportPoint]:
     """The points that may be shown as results (ok, verified, timed)."""
     return [p for p in points if p.is_result]

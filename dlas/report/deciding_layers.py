@@ -1,6 +1,6 @@
 """For each observation, the layers that decide it.
 
-An observation's verdict rests on comparisons of two points (`observations.Comparison`:
+An observation's verdict rests on comparisons of two points (`observations.ComparedPair`:
 dense vs pruned, untuned vs tuned, the runner-up algorithm vs the fastest). When both
 points have a stored profile, the difference of their latencies is split over the
 model's layers: convolutions paired by `conv_index` (the model's conv order, the same in
@@ -28,7 +28,7 @@ from dlas.report.layer_speedups import (
     layer_shape,
     weight_count,
 )
-from dlas.report.observations.verdict import Comparison, Observation
+from dlas.report.observations.verdict import ComparedPair, Observation
 from dlas.report.profile_data import ProfiledPoint
 from dlas.results.layer_profile import PointProfile
 
@@ -70,7 +70,7 @@ class LayerChange:
 class ComparisonLayers:
     """A comparison's latency change split over its layers, largest change first."""
 
-    comparison: Comparison
+    comparison: ComparedPair
     base: ProfiledPoint
     other: ProfiledPoint
     changes: list[LayerChange]
@@ -166,7 +166,7 @@ def _density(before: _Slot, after: _Slot) -> float | None:
     return min(after.nnz / before.weights, 1.0)
 
 
-def explain(comparison: Comparison, profiled: dict[str, ProfiledPoint]
+def explain(comparison: ComparedPair, profiled: dict[str, ProfiledPoint]
             ) -> ComparisonLayers | None:
     """The comparison's change split over layers; None unless both points are profiled."""
     base, other = profiled.get(comparison.base.key), profiled.get(comparison.other.key)
@@ -223,7 +223,7 @@ def describe(layers: ComparisonLayers, n: int = TOP_LAYERS) -> str:
             + "; ".join(_change_text(layers, change) for change in layers.top(n)))
 
 
-def deciding_lines(comparisons: Iterable[Comparison], profiled: dict[str, ProfiledPoint],
+def deciding_lines(comparisons: Iterable[ComparedPair], profiled: dict[str, ProfiledPoint],
                    limit: int = MAX_COMPARISONS) -> tuple[list[str], int]:
     """Lines for the comparisons with both points profiled, in `ComparisonLayers.ranking`
     order, at most `limit`; and how many comparisons had no profiles."""

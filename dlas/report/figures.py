@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dlas.report.data import NCHW, Point, is_sparse_format
+from dlas.report.data import NCHW, ReportPoint, is_sparse_format
 from dlas.report.tables import (
     COMPRESSION_ORDER,
     FAMILY_ORDER,
@@ -57,14 +57,14 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _first_with(points: Iterable[Point], **match: str) -> Point | None:
+def _first_with(points: Iterable[ReportPoint], **match: str) -> ReportPoint | None:
     for p in points:
         if all(getattr(p, k) == v for k, v in match.items()):
             return p
     return None
 
 
-def accuracy_figure(points: Iterable[Point], dataset: str, path: Path,
+def accuracy_figure(points: Iterable[ReportPoint], dataset: str, path: Path,
                     title: str = "") -> Path | None:
     """Figure 3 for one dataset; None when there is no accuracy to plot."""
     results = [p for p in points if p.is_result and p.dataset == dataset]
@@ -203,7 +203,8 @@ class InferencePanels:
     width: float
 
 
-def inference_panels(points: Iterable[Point], dataset: str, device: str) -> InferencePanels | None:
+def inference_panels(points: Iterable[ReportPoint], dataset: str,
+                     device: str) -> InferencePanels | None:
     """The data of Figures 4-7 (None without timings): every verified point's bar with its
     median and the IQR whisker from its raw samples."""
     cells_by_group = {g: m for g, m in speed_cells(points).items()
@@ -258,7 +259,7 @@ def write_bars_csv(bars: Iterable[Bar], path: Path) -> Path:
     return path
 
 
-def inference_figure(points: Iterable[Point], dataset: str, device: str, path: Path,
+def inference_figure(points: Iterable[ReportPoint], dataset: str, device: str, path: Path,
                      title: str = "") -> Path | None:
     """Figures 4-7 for one dataset and device kind; None without timings.
 

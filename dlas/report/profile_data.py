@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from dlas.profile.limits import MachineLimits
-from dlas.report.data import NCHW, RUNTIME_NAMES, Point
+from dlas.report.data import NCHW, RUNTIME_NAMES, ReportPoint
 from dlas.report.tables import COMPRESSION_ORDER, FAMILY_ORDER, short
 from dlas.results.layer_profile import PointProfile
 
@@ -45,7 +45,7 @@ class ModelKey:
 class ProfiledPoint:
     """A reported point with the stored profile of its current timing entry."""
 
-    point: Point
+    point: ReportPoint
     timing_key: str
     profile: PointProfile
     #: The limits its layers were placed against; None when not measured or unreadable.
@@ -88,7 +88,7 @@ def parse_limits(raw: dict | None) -> MachineLimits | None:
         return None
 
 
-def _sort_key(p: Point) -> tuple:
+def _sort_key(p: ReportPoint) -> tuple:
     """Dense before compressed, untuned before tuned, the paper's algorithm order,
     baselines after TVM: the order bars and tables list points in."""
     comp = COMPRESSION_ORDER.index(p.compression) if p.compression in COMPRESSION_ORDER \
@@ -98,7 +98,7 @@ def _sort_key(p: Point) -> tuple:
             p.layout != NCHW, p.layout, p.key)
 
 
-def load_profiles(db_path: Path, points: Iterable[Point]) -> LoadedProfiles:
+def load_profiles(db_path: Path, points: Iterable[ReportPoint]) -> LoadedProfiles:
     """The stored profile of each reported timed point, looked up by its row's point key
     and *current* timing key; in `_sort_key` order."""
     from dlas.results.profiles import has_profiles, load_profile, profiled_entries

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.report.paper import Paper
 from dlas.report.tables import (
     COMPRESSION_ORDER,
@@ -50,8 +50,8 @@ class SpeedupCell:
     model_label: str
     model: str
     compression: str
-    dense: Point
-    best: Point
+    dense: ReportPoint
+    best: ReportPoint
 
     @property
     def ratio(self) -> float | None:
@@ -69,7 +69,7 @@ class SpeedupCell:
         return percent_of_expected(self.speedup, self.ratio)
 
 
-def speedup_cells(points: Iterable[Point]) -> list[SpeedupCell]:
+def speedup_cells(points: Iterable[ReportPoint]) -> list[SpeedupCell]:
     out = []
     for group, models in speed_cells(points).items():
         for model_label, cells in models.items():

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from dlas.report.comparisons import faster
-from dlas.report.data import NCHW, Point, algorithm_family, layout_order
+from dlas.report.data import NCHW, ReportPoint, algorithm_family, layout_order
 from dlas.report.paper import Paper, PaperSpeedRow
 
 #: The paper's column order; options it does not know come after, alphabetically.
@@ -71,16 +71,16 @@ def group_order(g: Group) -> tuple:
     return (g.dataset, g.device, g.platform, g.tuned, g.tuning)
 
 
-def group_of(p: Point) -> Group:
+def group_of(p: ReportPoint) -> Group:
     return Group(p.dataset, p.device, p.platform, p.target, p.tuning)
 
 
-Cells = dict[tuple[str, str], Point]  # (compression name, algorithm) -> its point
+Cells = dict[tuple[str, str], ReportPoint]  # (compression name, algorithm) -> its point
 #: (compression name, algorithm) -> layout -> its point: every layout measured.
-LayoutCells = dict[tuple[str, str], dict[str, Point]]
+LayoutCells = dict[tuple[str, str], dict[str, ReportPoint]]
 
 
-def _preferred(a: Point, b: Point) -> Point:
+def _preferred(a: ReportPoint, b: ReportPoint) -> ReportPoint:
     """Of two points with the same compression, algorithm and layout (different
     parameters), the one the paper would tabulate: the higher compression ratio, then the
     one written last (the same compression re-run under other parameters), then the
@@ -90,7 +90,7 @@ def _preferred(a: Point, b: Point) -> Point:
     return a if ka <= kb else b
 
 
-def layout_cells(points: Iterable[Point]) -> dict[Group, dict[str, LayoutCells]]:
+def layout_cells(points: Iterable[ReportPoint]) -> dict[Group, dict[str, LayoutCells]]:
     """Verified timings by group, model label, (compression, algorithm) and layout. A
     compression run with several parameter sets keeps one per layout (`_preferred`)."""
     out: dict[Group, dict[str, LayoutCells]] = defaultdict(
@@ -104,7 +104,7 @@ def layout_cells(points: Iterable[Point]) -> dict[Group, dict[str, LayoutCells]]
             for g in sorted(out, key=group_order)}
 
 
-def fastest_layout(layouts: dict[str, Point]) -> Point:
+def fastest_layout(layouts: dict[str, ReportPoint]) -> ReportPoint:
     """An algorithm's fastest layout; of equal medians, NCHW (the paper's), then by name."""
     return min(layouts.values(),
                key=lambda p: (p.latency_ms, p.layout != NCHW, p.layout))
@@ -120,7 +120,7 @@ def nchw_cells(cells: LayoutCells) -> Cells:
     return {key: layouts[NCHW] for key, layouts in cells.items() if NCHW in layouts}
 
 
-def speed_cells(points: Iterable[Point]) -> dict[Group, dict[str, Cells]]:
+def speed_cells(points: Iterable[ReportPoint]) -> dict[Group, dict[str, Cells]]:
     """Verified timings by group and model label, each (compression, algorithm) at its
     fastest layout (`best_layouts`): what every fastest-choice rule compares. A
     compression run with several parameter sets keeps one (see `_preferred`)."""
@@ -128,22 +128,22 @@ def speed_cells(points: Iterable[Point]) -> dict[Group, dict[str, Cells]]:
             for g, models in layout_cells(points).items()}
 
 
-def _fastest(candidates: Iterable[Point]) -> Point | None:
+def _fastest(candidates: Iterable[ReportPoint]) -> ReportPoint | None:
     return min(candidates, key=lambda p: (p.latency_ms, p.compression, p.algorithm),
                default=None)
 
 
-def fastest_algorithm(cells: Cells, compression: str) -> Point | None:
+def fastest_algorithm(cells: Cells, compression: str) -> ReportPoint | None:
     """The fastest algorithm (any data format) for one compression."""
     return _fastest(p for (c, _), p in cells.items() if c == compression)
 
 
-def fastest_compression(cells: Cells, family: str) -> Point | None:
+def fastest_compression(cells: Cells, family: str) -> ReportPoint | None:
     """The fastest compression for one algorithm family (dense or CSR variant)."""
     return _fastest(p for p in cells.values() if p.family == family)
 
 
-def overall_fastest(cells: Cells) -> Point | None:
+def overall_fastest(cells: Cells) -> ReportPoint | None:
     return _fastest(cells.values())
 
 
@@ -157,15 +157,15 @@ class SpeedRow:
     model: str
     #: Each (compression, algorithm) at its fastest layout.
     cells: Cells
-    fastest_algorithm: dict[str, Point | None]
-    fastest_compression: dict[str, Point | None]
-    overall: Point | None
+    fastest_algorithm: dict[str, ReportPoint | None]
+    fastest_compression: dict[str, ReportPoint | None]
+    overall: ReportPoint | None
     paper: PaperSpeedRow | None = None
     #: The same cells in NCHW, the paper's layout, where measured: what is shown beside a
     #: cell whose fastest layout is another.
     nchw: Cells = field(default_factory=dict)
 
-    def nchw_of(self, p: Point) -> Point | None:
+    def nchw_of(self, p: ReportPoint) -> ReportPoint | None:
         """The NCHW point of `p`'s cell; None when `p` is NCHW or its cell has none."""
         if p.layout == NCHW:
             return None
@@ -181,7 +181,7 @@ class SpeedTable:
     rows: list[SpeedRow] = field(default_factory=list)
 
 
-def speed_tables(points: Iterable[Point], paper: Paper | None = None,
+def speed_tables(points: Iterable[ReportPoint], paper: Paper | None = None,
                  paper_platforms: dict[str, str] | None = None) -> list[SpeedTable]:
     """One table per (dataset, device); rows per platform x tuning x model. With
     `paper_platforms` (target option -> paper platform) rows carry the paper's row."""
@@ -220,7 +220,7 @@ def speed_tables(points: Iterable[Point], paper: Paper | None = None,
 
 
 @dataclass(frozen=True)
-class Comparison:
+class PaperCell:
     """Our cell beside the paper's. `same` is None when there is nothing to compare (the
     paper has no cell, or we have no measurement)."""
 
@@ -233,38 +233,38 @@ class Comparison:
         return self.same is False
 
 
-def _compare(ours: Point | None, text: str, ours_in_paper_terms: str | None,
-             paper_cell: str | None) -> Comparison:
+def _compare(ours: ReportPoint | None, text: str, ours_in_paper_terms: str | None,
+             paper_cell: str | None) -> PaperCell:
     if ours is None:
-        return Comparison("-", paper_cell)
+        return PaperCell("-", paper_cell)
     if paper_cell is None:
-        return Comparison(text)
-    return Comparison(text, paper_cell, ours_in_paper_terms == paper_cell)
+        return PaperCell(text)
+    return PaperCell(text, paper_cell, ours_in_paper_terms == paper_cell)
 
 
-def _with_layout(text: str, p: Point) -> str:
+def _with_layout(text: str, p: ReportPoint) -> str:
     return text if p.layout == NCHW else f"{text} {p.layout}"
 
 
-def compare_algorithm(ours: Point | None, paper_cell: str | None,
-                      paper: Paper | None) -> Comparison:
+def compare_algorithm(ours: ReportPoint | None, paper_cell: str | None,
+                      paper: Paper | None) -> PaperCell:
     """Ours is the algorithm name (with its layout when not NCHW); it agrees when its
     family is the paper's algorithm: the paper names no layout (it ran NCHW only)."""
     name = paper.algorithm_name(ours.family) if paper and ours else None
     return _compare(ours, ours.algorithm_label if ours else "-", name, paper_cell)
 
 
-def compare_compression(ours: Point | None, paper_cell: str | None,
-                        paper: Paper | None) -> Comparison:
+def compare_compression(ours: ReportPoint | None, paper_cell: str | None,
+                        paper: Paper | None) -> PaperCell:
     abbrev = paper.compression_abbrev(ours.compression, aliases=True) if paper and ours else None
     return _compare(ours, _with_layout(short(ours.compression), ours) if ours else "-", abbrev,
                     paper_cell)
 
 
-def compare_overall(ours: Point | None, paper_cell: str | None,
-                    paper: Paper | None) -> Comparison:
+def compare_overall(ours: ReportPoint | None, paper_cell: str | None,
+                    paper: Paper | None) -> PaperCell:
     if ours is None:
-        return Comparison("-", paper_cell)
+        return PaperCell("-", paper_cell)
     text = f"{short(ours.compression)}+{ours.algorithm_label}"
     in_paper_terms = None
     if paper is not None:
@@ -288,14 +288,14 @@ class LayoutRow:
     compression: str
     algorithm: str
     #: layout -> its point.
-    layouts: dict[str, Point]
+    layouts: dict[str, ReportPoint]
 
     @property
-    def fastest(self) -> Point:
+    def fastest(self) -> ReportPoint:
         return fastest_layout(self.layouts)
 
     @property
-    def nchw(self) -> Point | None:
+    def nchw(self) -> ReportPoint | None:
         return self.layouts.get(NCHW)
 
     @property
@@ -330,7 +330,7 @@ class LayoutTable:
     rows: list[LayoutRow] = field(default_factory=list)
 
 
-def layout_tables(points: Iterable[Point]) -> list[LayoutTable]:
+def layout_tables(points: Iterable[ReportPoint]) -> list[LayoutTable]:
     """The time of each algorithm in each layout, its fastest layout and that layout's
     speedup over NCHW. Only algorithms run in a layout other than NCHW have a row (an
     algorithm in NCHW alone says nothing about layouts): a sweep without layout variants
@@ -396,10 +396,10 @@ def removed_fraction(ratio: float | None) -> float | None:
     return None if ratio is None or ratio <= 0 else 1.0 - 1.0 / ratio
 
 
-def accuracy_tables(points: Iterable[Point]) -> list[AccuracyTable]:
+def accuracy_tables(points: Iterable[ReportPoint]) -> list[AccuracyTable]:
     """Per dataset and model: params, MACs, dense top-1 and each compression's chosen
     ratio and top-1, from verified points (accuracy is the same for every algorithm)."""
-    chosen: dict[tuple[str, str], dict[str, Point]] = defaultdict(dict)
+    chosen: dict[tuple[str, str], dict[str, ReportPoint]] = defaultdict(dict)
     for p in points:
         if not p.is_result:
             continue
@@ -429,7 +429,7 @@ def accuracy_tables(points: Iterable[Point]) -> list[AccuracyTable]:
 RUNTIME_ORDER = ["onnxruntime", "pytorch"]
 
 
-def _setting(p: Point) -> tuple[str, str, str, str]:
+def _setting(p: ReportPoint) -> tuple[str, str, str, str]:
     """What a TVM variant and a baseline must share to be compared: the same model,
     compressed the same way, on the same platform (the baseline has no algorithm)."""
     return (p.dataset, p.platform, p.model_label, p.compression_label)
@@ -439,8 +439,8 @@ def _setting(p: Point) -> tuple[str, str, str, str]:
 class BaselineRow:
     """One verified TVM variant beside the baselines of its model/compression/platform."""
 
-    variant: Point
-    baselines: dict[str, Point]
+    variant: ReportPoint
+    baselines: dict[str, ReportPoint]
 
     def ratio(self, runtime: str) -> float | None:
         """TVM time / baseline time: above 1 the TVM variant is slower."""
@@ -454,15 +454,15 @@ class BaselineRow:
 class BaselineComparison:
     runtimes: list[str]
     #: Every verified baseline point (latest per setting and runtime).
-    baselines: list[Point]
+    baselines: list[ReportPoint]
     rows: list[BaselineRow]
 
 
-def baseline_comparison(points: Iterable[Point]) -> BaselineComparison:
+def baseline_comparison(points: Iterable[ReportPoint]) -> BaselineComparison:
     """Every verified TVM variant that has a verified baseline of the same setting, with
     its time relative to each runtime."""
     points = list(points)
-    by_setting: dict[tuple[str, str, str, str], dict[str, Point]] = defaultdict(dict)
+    by_setting: dict[tuple[str, str, str, str], dict[str, ReportPoint]] = defaultdict(dict)
     for p in points:
         if p.is_baseline_result:
             runtimes = by_setting[_setting(p)]
@@ -472,7 +472,7 @@ def baseline_comparison(points: Iterable[Point]) -> BaselineComparison:
     runtimes = ordered({r for per in by_setting.values() for r in per}, RUNTIME_ORDER)
     order = {c: i for i, c in enumerate(COMPRESSION_ORDER)}
 
-    def sort_key(p: Point) -> tuple:
+    def sort_key(p: ReportPoint) -> tuple:
         return (p.dataset, p.platform, p.model_label, order.get(p.compression, len(order)),
                 p.compression_label, p.tuned, p.tuning, p.latency_ms or 0.0, p.algorithm,
                 p.layout)

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from dlas.report.comparisons import decided_fastest
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.report.observations.analysis import Analysis
-from dlas.report.observations.verdict import NOT_MEASURED, Comparison, Part, generally
+from dlas.report.observations.verdict import NOT_MEASURED, ComparedPair, Part, generally
 from dlas.report.tables import PRUNING, short
 
 
-def _family_flag(best: Point, rivals: list[Point], want: str) -> bool | None:
+def _family_flag(best: ReportPoint, rivals: list[ReportPoint], want: str) -> bool | None:
     """Whether `want` is the fastest family: yes when the fastest and every algorithm of
     another family it ties with are `want`, no when none is, a tie otherwise."""
     in_play = {best.family} | {p.family for p in rivals}
@@ -39,12 +39,13 @@ def _family_needs(want: str, device: str, tuned: bool | None, compressions: list
 
 
 def _family_cases(a: Analysis, device: str, tuned: bool | None, compressions: list[str],
-                  want: str) -> tuple[list[tuple[str, Point, list[Point]]], list[Comparison]]:
+                  want: str
+                  ) -> tuple[list[tuple[str, ReportPoint, list[ReportPoint]]], list[ComparedPair]]:
     """Per model and compression with `want` and another family measured: (label, the
     fastest point, the points of other families it ties with), and the comparisons of
     the decided ones (the fastest other family vs the fastest)."""
-    cases: list[tuple[str, Point, list[Point]]] = []
-    compared: list[Comparison] = []
+    cases: list[tuple[str, ReportPoint, list[ReportPoint]]] = []
+    compared: list[ComparedPair] = []
     for group, models in a.cells.items():
         if group.device != device or (tuned is not None and group.tuned != tuned):
             continue
@@ -64,7 +65,7 @@ def _family_cases(a: Analysis, device: str, tuned: bool | None, compressions: li
                                  and p.latency_ms is not None),
                                 key=lambda p: p.latency_ms or 0.0, default=None)
                 if not rivals and runner_up is not None:
-                    compared.append(Comparison(f"{label}: fastest other family vs fastest",
+                    compared.append(ComparedPair(f"{label}: fastest other family vs fastest",
                                                runner_up, best))
                 cases.append((label, best, rivals))
     return cases, compared

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dlas.report.comparisons import Interval, speedup_interval
-from dlas.report.data import Point
-from dlas.report.observations.verdict import Comparison
+from dlas.report.comparisons import Statistic, speedup_interval
+from dlas.report.data import ReportPoint
+from dlas.report.observations.verdict import ComparedPair
 from dlas.report.paper import Paper
 from dlas.report.speedup import SpeedupCell, speedup_cells
 from dlas.report.tables import (
@@ -66,7 +66,7 @@ def rho_line(name: str, rho: float | None, n: int) -> str:
 
 @dataclass
 class Analysis:
-    points: list[Point]
+    points: list[ReportPoint]
     cells: dict[Group, dict[str, Cells]]
     speedups: list[SpeedupCell]
     roles: dict[str, str]
@@ -74,7 +74,7 @@ class Analysis:
     paper: Paper | None = None
 
     @classmethod
-    def of(cls, points: Iterable[Point], paper: Paper | None = None) -> Analysis:
+    def of(cls, points: Iterable[ReportPoint], paper: Paper | None = None) -> Analysis:
         points = [p for p in points if p.is_result]
         roles = dict(paper.datasets) if paper else {}
         return cls(points, speed_cells(points), speedup_cells(points), roles, paper)
@@ -89,8 +89,8 @@ class Analysis:
             out[table.dataset] = [(r.model_label, r.params, r.macs, r.top1) for r in table.rows]
         return out
 
-    def best_dense(self) -> dict[Group, dict[str, Point]]:
-        out: dict[Group, dict[str, Point]] = defaultdict(dict)
+    def best_dense(self) -> dict[Group, dict[str, ReportPoint]]:
+        out: dict[Group, dict[str, ReportPoint]] = defaultdict(dict)
         for group, models in self.cells.items():
             for model, cells in models.items():
                 best = fastest_algorithm(cells, "none")
@@ -102,12 +102,12 @@ class Analysis:
 # -- a compressed model against its dense one (X and XII) --------------------------------
 
 
-def pct_expected(c: SpeedupCell) -> Interval:
+def pct_expected(c: SpeedupCell) -> Statistic:
     """A compressed model's % of its expected speedup, with the speedup's interval."""
     assert c.ratio is not None
     return speedup_interval(c.dense, c.best).scaled(100.0 / c.ratio)
 
 
-def dense_vs_compressed(c: SpeedupCell) -> Comparison:
-    return Comparison(f"{c.group.label} {c.model_label} {short(c.compression)}", c.dense,
+def dense_vs_compressed(c: SpeedupCell) -> ComparedPair:
+    return ComparedPair(f"{c.group.label} {c.model_label} {short(c.compression)}", c.dense,
                       c.best, "expected")

@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 
-from dlas.report.comparisons import Interval, at_least, faster, ties_line
-from dlas.report.data import Point
+from dlas.report.comparisons import Statistic, at_least, faster, ties_line
+from dlas.report.data import ReportPoint
 from dlas.report.observations.analysis import Analysis
 from dlas.report.observations.verdict import (
     CONSISTENTLY,
@@ -24,7 +24,7 @@ from dlas.report.observations.verdict import (
 )
 
 
-def _platform_pair(x: str, y: str, px: dict[tuple, Point], py: dict[tuple, Point]
+def _platform_pair(x: str, y: str, px: dict[tuple, ReportPoint], py: dict[tuple, ReportPoint]
                    ) -> tuple[bool | None, list[str]]:
     """Whether one of two platforms is faster in >= CONSISTENTLY of their matched points
     (ties may go to either), with its evidence."""
@@ -34,7 +34,7 @@ def _platform_pair(x: str, y: str, px: dict[tuple, Point], py: dict[tuple, Point
     y_faster = sum(v is False for v in verdicts)
     ties = len(common) - x_faster - y_faster
     winner, n = (x, x_faster) if x_faster >= y_faster else (y, y_faster)
-    share = Interval(n / len(common), n / len(common), (n + ties) / len(common))
+    share = Statistic(n / len(common), n / len(common), (n + ties) / len(common))
     return at_least(share, CONSISTENTLY), [
         f"{winner} decidedly faster in {n} of {len(common)} matched points ({x} vs {y}; a "
         f"tie may go either way: {pct(share.low)}-{pct(share.high)})",
@@ -45,7 +45,7 @@ def one_platform_generally_faster_than_another(a: Analysis) -> list[Part]:
     """XIII: per kind of device, every pair of platforms timing the same points."""
     parts = []
     for device in ("cpu", "gpu"):
-        times: dict[str, dict[tuple, Point]] = defaultdict(dict)
+        times: dict[str, dict[tuple, ReportPoint]] = defaultdict(dict)
         for p in a.points:
             if p.device == device and p.latency_ms is not None:
                 # the layout as configured: NCHWc is NCHW16c on one CPU, NCHW4c on another

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from dlas.report.comparisons import Interval, at_least, compare_points, faster, mean_interval
+from dlas.report.comparisons import Statistic, at_least, compare_points, faster, mean_interval
 from dlas.report.observations.analysis import Analysis, dense_vs_compressed, pct_expected
 from dlas.report.observations.verdict import (
     NOT_MEASURED,
     RARELY_PCT,
-    Comparison,
+    ComparedPair,
     Part,
     generally,
     negate,
@@ -40,11 +40,11 @@ def _dataset_option(role: str) -> str:
             "imagenet": "`datasets: imagenet`"}.get(role, f"`datasets: {role}`")
 
 
-def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[Comparison,
+def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[ComparedPair,
                                                                      bool | None]]]:
     """Per dataset role: (best dense vs best pruned point, whether the pruned one is
     decidedly faster; None for a tie)."""
-    out: dict[str, list[tuple[Comparison, bool | None]]] = defaultdict(list)
+    out: dict[str, list[tuple[ComparedPair, bool | None]]] = defaultdict(list)
     for group, models in a.cells.items():
         if group.tuned != tuned:
             continue
@@ -55,7 +55,7 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[Compariso
             if dense is None or not pruned:
                 continue
             best = min(pruned, key=lambda p: p.latency_ms or 0.0)
-            out[a.role(group.dataset)].append((Comparison(f"{group.label} {model}", dense, best),
+            out[a.role(group.dataset)].append((ComparedPair(f"{group.label} {model}", dense, best),
                                                faster(best, dense)))
     return out
 
@@ -63,7 +63,7 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[Compariso
 _VERDICT = {True: "faster", False: "not faster", None: "tie within noise"}
 
 
-def _never_faster(name: str, cases: list[tuple[Comparison, bool | None]]) -> Part:
+def _never_faster(name: str, cases: list[tuple[ComparedPair, bool | None]]) -> Part:
     """ImageNet's half of II: no tuned pruned model faster; a tie may hide a win."""
     wins = sum(f is True for _, f in cases)
     ties = sum(f is None for _, f in cases)
@@ -117,7 +117,7 @@ def _less_expected(w: SpeedupCell, c: SpeedupCell) -> bool | None:
     cmp = compare_points(w.best, c.best)  # ratio = time(CP) / time(WP)
     if cmp.low is None or cmp.high is None:
         return None
-    return negate(at_least(Interval(cmp.ratio or 0.0, cmp.low, cmp.high), w.ratio / c.ratio))
+    return negate(at_least(Statistic(cmp.ratio or 0.0, cmp.low, cmp.high), w.ratio / c.ratio))
 
 
 def _higher_ratio(pairs: _WP_CP_PAIRS) -> Part:
@@ -134,7 +134,7 @@ def _higher_ratio(pairs: _WP_CP_PAIRS) -> Part:
 def _faster(pairs: _WP_CP_PAIRS) -> Part:
     return generally("weight pruning faster", [faster(w.best, c.best) for _, w, c in pairs],
                      "weight pruning decidedly faster than channel pruning",
-                     comparisons=[Comparison(f"{label}: channel vs weight pruning", c.best,
+                     comparisons=[ComparedPair(f"{label}: channel vs weight pruning", c.best,
                                              w.best) for label, w, c in pairs])
 
 

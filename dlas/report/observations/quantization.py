@@ -16,7 +16,7 @@ import itertools
 from collections import defaultdict
 
 from dlas.report.comparisons import (
-    Interval,
+    Statistic,
     at_least,
     geomean_interval,
     ratio_interval,
@@ -27,7 +27,7 @@ from dlas.report.observations.verdict import (
     NEGLIGIBLE_PP,
     NOT_MEASURED,
     VARIES,
-    Comparison,
+    ComparedPair,
     Part,
     any_of,
     negate,
@@ -40,12 +40,12 @@ from dlas.report.tables import Group, accuracy_tables, short
 # -- V: quantization's speedup varies by platform and data type -----------------------------
 
 
-def _slowdown(iv: Interval) -> bool | None:
+def _slowdown(iv: Statistic) -> bool | None:
     """Whether a speedup is decidedly below 1 (True), at or above it (False), or a tie."""
     return negate(at_least(iv, 1.0))
 
 
-def _varies(x: Interval, y: Interval) -> bool | None:
+def _varies(x: Statistic, y: Statistic) -> bool | None:
     """Whether two speedups vary (see the module doc): one decidedly >= VARIES times the
     other, or decidedly on opposite sides of 1; None when the intervals leave it open."""
     sx, sy = _slowdown(x), _slowdown(y)
@@ -56,20 +56,20 @@ def _varies(x: Interval, y: Interval) -> bool | None:
     return any_of([straddle, far])
 
 
-def _quant_speedups(a: Analysis) -> tuple[dict[tuple[Group, str], dict[str, Interval]],
-                                          list[Comparison]]:
+def _quant_speedups(a: Analysis) -> tuple[dict[tuple[Group, str], dict[str, Statistic]],
+                                          list[ComparedPair]]:
     """Per (group, float16 | int8): model -> speedup interval over the best dense point."""
-    per: dict[tuple[Group, str], dict[str, Interval]] = defaultdict(dict)
+    per: dict[tuple[Group, str], dict[str, Statistic]] = defaultdict(dict)
     compared = []
     for c in a.speedups:
         if c.compression in ("float16", "int8"):
             per[(c.group, c.compression)][c.model_label] = speedup_interval(c.dense, c.best)
-            compared.append(Comparison(f"{c.group.label} {c.model_label} {c.compression}",
+            compared.append(ComparedPair(f"{c.group.label} {c.model_label} {c.compression}",
                                        c.dense, c.best))
     return per, compared
 
 
-def _by_dtype(per: dict[tuple[Group, str], dict[str, Interval]]
+def _by_dtype(per: dict[tuple[Group, str], dict[str, Statistic]]
               ) -> tuple[list[bool | None], list[str]]:
     flags, lines = [], []
     for group in sorted({g for g, _ in per}, key=lambda g: g.label):
@@ -85,7 +85,7 @@ def _by_dtype(per: dict[tuple[Group, str], dict[str, Interval]]
     return flags, lines
 
 
-def _by_platform(per: dict[tuple[Group, str], dict[str, Interval]]
+def _by_platform(per: dict[tuple[Group, str], dict[str, Statistic]]
                  ) -> tuple[list[bool | None], list[str]]:
     flags, lines = [], []
     keys = sorted(per, key=lambda k: (k[0].label, k[1]))

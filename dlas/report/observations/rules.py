@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.report.observations.algorithms import (
     direct_best_on_tuned_gpu,
     sparse_gemm_best_on_cpu_direct_on_gpu,
@@ -59,7 +59,7 @@ RULES: dict[int, Rule] = {
 }
 
 
-def observations(points: Iterable[Point], paper: Paper | None = None) -> list[Observation]:
+def observations(points: Iterable[ReportPoint], paper: Paper | None = None) -> list[Observation]:
     """All thirteen, in the paper's order, with the paper's wording and numbers when they
     are known."""
     a = Analysis.of(points, paper)

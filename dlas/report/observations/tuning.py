@@ -23,12 +23,12 @@ from dlas.report.comparisons import (
     mean_interval,
     speedup_interval,
 )
-from dlas.report.data import Point
+from dlas.report.data import ReportPoint
 from dlas.report.observations.analysis import Analysis, dense_vs_compressed, pct_expected
 from dlas.report.observations.verdict import (
     DRAMATIC,
     NOT_MEASURED,
-    Comparison,
+    ComparedPair,
     Part,
     any_of,
     negate,
@@ -40,15 +40,15 @@ from dlas.report.tables import PRUNING, Cells, short
 # -- XI: tuning accelerates dramatically and can change the best choice ---------------------
 
 
-def _setting_key(p: Point) -> tuple[str, ...]:
+def _setting_key(p: ReportPoint) -> tuple[str, ...]:
     """What two points must share to be the same variant of one model (on one platform):
     its compression, algorithm and layout (two layouts are two variants)."""
     return (p.dataset, p.platform, p.model_label, p.compression, p.algorithm, p.layout)
 
 
-def _untuned_tuned_pairs(a: Analysis) -> list[tuple[Point, Point]]:
+def _untuned_tuned_pairs(a: Analysis) -> list[tuple[ReportPoint, ReportPoint]]:
     """Each variant untuned and tuned (the same layout: tuning is what differs)."""
-    untuned: dict[tuple, Point] = {}
+    untuned: dict[tuple, ReportPoint] = {}
     for p in a.points:
         if not p.tuned:
             untuned[_setting_key(p)] = p
@@ -64,18 +64,18 @@ _TUNE_NEEDS = ("`tuning: [none, metaschedule]` for the same points (one model, c
                "and algorithm, untuned and tuned)")
 
 
-def _accelerates(pairs: list[tuple[Point, Point]]) -> Part:
+def _accelerates(pairs: list[tuple[ReportPoint, ReportPoint]]) -> Part:
     gm = geomean_interval(speedup_interval(u, t) for u, t in pairs)
     return Part("tuning accelerates dramatically", status_of(at_least(gm, DRAMATIC)), [
         f"tuned over untuned: geometric-mean speedup {gm.text(unit='x')} over {len(pairs)} "
         f"points (rule: >= {DRAMATIC}x, a tie when the interval spans it)"],
-        [Comparison(f"{t.platform} {t.model_label} {short(t.compression)} "
+        [ComparedPair(f"{t.platform} {t.model_label} {short(t.compression)} "
                     f"{t.algorithm_label}", u, t) for u, t in pairs])
 
 
-def _choice_change(untuned: Iterable[Point], tuned: Iterable[Point],
-                   key: Callable[[Point], tuple[str, ...]],
-                   shown: Callable[[Point], str]) -> tuple[bool | None, str]:
+def _choice_change(untuned: Iterable[ReportPoint], tuned: Iterable[ReportPoint],
+                   key: Callable[[ReportPoint], tuple[str, ...]],
+                   shown: Callable[[ReportPoint], str]) -> tuple[bool | None, str]:
     """Whether the fastest choice changes with tuning: the choices tied for fastest
     untuned and tuned are disjoint (True), the same single choice (False), or overlap
     within noise (None); with the two fastest, as 'a untuned, b tuned' (`shown`: each
@@ -88,19 +88,19 @@ def _choice_change(untuned: Iterable[Point], tuned: Iterable[Point],
     return flag, f"{shown(bu)} untuned, {shown(bt)} tuned"
 
 
-def _algorithm_choice(p: Point) -> tuple[str, ...]:
+def _algorithm_choice(p: ReportPoint) -> tuple[str, ...]:
     return (p.algorithm,)
 
 
-def _algorithm_shown(p: Point) -> str:
+def _algorithm_shown(p: ReportPoint) -> str:
     return p.algorithm_label
 
 
-def _combination_choice(p: Point) -> tuple[str, ...]:
+def _combination_choice(p: ReportPoint) -> tuple[str, ...]:
     return (short(p.compression), p.algorithm)
 
 
-def _combination_shown(p: Point) -> str:
+def _combination_shown(p: ReportPoint) -> str:
     return f"{short(p.compression)}+{p.algorithm_label}"
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from dlas.report.comparisons import Interval, above, at_least
-from dlas.report.data import Point
+from dlas.report.comparisons import Statistic, above, at_least
+from dlas.report.data import ReportPoint
 
 HELD, NOT_HELD, TIE, NOT_MEASURED = "held", "not held", "tie", "not measured"
 
@@ -61,14 +61,14 @@ TIE_NEEDS = ("narrower intervals: more timing rounds (`budgets: timing_rounds`) 
 
 
 @dataclass(frozen=True)
-class Comparison:
+class ComparedPair:
     """Two points a part compared: `base` is the reference (dense, untuned, the runner-up),
     `other` the point the claim is about (pruned, tuned, the fastest). The report shows
     the layers whose times differ most between them (`dlas.report.deciding_layers`)."""
 
     case: str
-    base: Point
-    other: Point
+    base: ReportPoint
+    other: ReportPoint
     #: "change": the layers whose time changed most explain it; "expected": `other` is
     #: pruned and was expected to be faster by its density, so the layers that lost most
     #: time against that ideal explain it.
@@ -81,7 +81,7 @@ class Part:
     status: str
     evidence: list[str] = field(default_factory=list)
     #: The point pairs its verdict rests on (empty for accuracy and correlation parts).
-    comparisons: list[Comparison] = field(default_factory=list)
+    comparisons: list[ComparedPair] = field(default_factory=list)
     #: What would decide it, in sweep-config words: what to add when it is not measured,
     #: what narrows the intervals when it is a tie; empty when it is decided.
     needs: str = ""
@@ -200,12 +200,12 @@ def pct(x: float) -> str:
 
 def generally(name: str, flags: Sequence[bool | None], what: str, *,
               threshold: float = GENERALLY, strict: bool = True,
-              lines: Iterable[str] = (), comparisons: Iterable[Comparison] = ()) -> Part:
+              lines: Iterable[str] = (), comparisons: Iterable[ComparedPair] = ()) -> Part:
     """The share rule: `what` holds in more than (at least, unless strict) `threshold` of
     the cases; a tied case (None) may go either way, so the share is an interval."""
     n, yes = len(flags), sum(f is True for f in flags)
     unsure = sum(f is None for f in flags)
-    share = Interval(yes / n, yes / n, (yes + unsure) / n)
+    share = Statistic(yes / n, yes / n, (yes + unsure) / n)
     ok = above(share, threshold) if strict else at_least(share, threshold)
     span = pct(share.low) + (f"-{pct(share.high)}" if unsure else "")
     head = (f"{what} in {yes} of {n} cases, {unsure} tie(s) within noise: {span} (rule: "
