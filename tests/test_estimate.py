@@ -12,7 +12,7 @@ from dlas.cli import main
 from dlas.estimate import estimate_sweep
 from dlas.estimate.costmodel import components
 from dlas.estimate.render import duration
-from dlas.estimate.schedule import Task, simulate
+from dlas.estimate.schedule import CostedStage, simulate
 from dlas.estimate.work import stage_work
 from dlas.results.store import ResultRow, ResultStore
 from dlas.stages import stage_keys
@@ -128,8 +128,8 @@ def test_failed_points_are_skipped_like_the_runner_does(tmp_path: Path) -> None:
 
 def test_schedule_bounds() -> None:
     # a root feeding two chains and a lone task
-    tasks = [Task("a", 2.0), Task("b", 5.0, (0,)), Task("c", 1.0, (1,)), Task("d", 3.0, (0,)),
-             Task("e", 4.0)]
+    tasks = [CostedStage("a", 2.0), CostedStage("b", 5.0, (0,)), CostedStage("c", 1.0, (1,)),
+             CostedStage("d", 3.0, (0,)), CostedStage("e", 4.0)]
     serial = sum(t.seconds for t in tasks)
     one = simulate(tasks, 1)
     assert one.makespan_s == pytest.approx(serial)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dlas.estimate.costmodel import SIGNATURE, components
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
-from dlas.estimate.schedule import ScheduleResult, Task, simulate
+from dlas.estimate.schedule import CostedStage, ScheduleResult, simulate
 from dlas.estimate.work import StageWork, parent_of, stage_work
 from dlas.stages import STAGES, TIMED_STAGES
 from dlas.sweep.config import SweepConfig
@@ -188,7 +188,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
         measured_s[t.stage] += t.measured_s
     summaries = tuple(StageSummary(s, computed[s], stored[s], seconds[s], measured_s[s])
                       for s in STAGES if computed[s] or stored[s])
-    graph = [Task(f"{t.stage} {t.key}", t.seconds, t.deps) for t in tasks]
+    graph = [CostedStage(f"{t.stage} {t.key}", t.seconds, t.deps) for t in tasks]
     return Estimate(sweep=config.name, points=len(points), runnable=runnable,
                     skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),
                     serial=simulate(graph, 1), parallel=simulate(graph, workers),

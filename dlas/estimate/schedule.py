@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Task:
+class CostedStage:
     """One stage to compute: its cost and the tasks it must wait for (indices)."""
 
     name: str
@@ -39,11 +39,11 @@ class ScheduleResult:
     serial_s: float
     #: The longest dependency chain: no number of workers finishes sooner.
     critical_path_s: float
-    #: Task indices along the critical path, first to last.
+    #: CostedStage indices along the critical path, first to last.
     critical_path: tuple[int, ...]
 
 
-def _children(tasks: Sequence[Task]) -> list[list[int]]:
+def _children(tasks: Sequence[CostedStage]) -> list[list[int]]:
     children: list[list[int]] = [[] for _ in tasks]
     for i, task in enumerate(tasks):
         for dep in task.deps:
@@ -53,7 +53,7 @@ def _children(tasks: Sequence[Task]) -> list[list[int]]:
     return children
 
 
-def _topological(tasks: Sequence[Task], children: list[list[int]]) -> list[int]:
+def _topological(tasks: Sequence[CostedStage], children: list[list[int]]) -> list[int]:
     indegree = [len(t.deps) for t in tasks]
     order = [i for i, d in enumerate(indegree) if d == 0]
     for i in order:  # grows while iterated
@@ -66,7 +66,7 @@ def _topological(tasks: Sequence[Task], children: list[list[int]]) -> list[int]:
     return order
 
 
-def bottom_levels(tasks: Sequence[Task]) -> tuple[list[float], list[int]]:
+def bottom_levels(tasks: Sequence[CostedStage]) -> tuple[list[float], list[int]]:
     """Per task, the longest path from its start to the end of the graph (itself
     included), and the child that path continues to (-1 at its end)."""
     children = _children(tasks)
@@ -81,7 +81,7 @@ def bottom_levels(tasks: Sequence[Task]) -> tuple[list[float], list[int]]:
     return level, nxt
 
 
-def simulate(tasks: Sequence[Task], workers: int) -> ScheduleResult:
+def simulate(tasks: Sequence[CostedStage], workers: int) -> ScheduleResult:
     """Makespan of `tasks` on `workers` identical workers (list scheduling, longest
     remaining path first); also the serial sum and the critical path."""
     if workers < 1:
