@@ -168,7 +168,7 @@ def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
     CSR tasks alike in signature but with other arrays are tuned in two sessions."""
     from dataclasses import replace
 
-    from dlas.tuning.metaschedule.plan import Job, group_sessions
+    from dlas.tuning.metaschedule.plan import TuningJob, group_sessions
     from dlas.tuning.metaschedule.tasks import Task, extract
 
     captured: list[Task] = []
@@ -185,8 +185,8 @@ def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
         i: (v[::-1].copy() if v.dtype.kind == "f" else v) for i, v in csr.constants.items()})
     dense = replace(csr, name="dense", constants={})
 
-    def jobs(*tasks: Task) -> list[Job]:
-        return [Job(1, t, "sparse", 4, None, "") for t in tasks]
+    def jobs(*tasks: Task) -> list[TuningJob]:
+        return [TuningJob(1, t, "sparse", 4, None, "") for t in tasks]
 
     assert [len(s) for s in group_sessions(jobs(csr, other, dense))] == [2, 1]
     assert [len(s) for s in group_sessions(jobs(csr, replace(csr, name="same"), dense))] == [3]

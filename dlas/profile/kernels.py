@@ -159,13 +159,13 @@ def _call_order(mod: tvm.IRModule) -> list[str]:
     order: list[str] = []
 
     @relax.expr_functor.visitor
-    class Visitor(relax.PyExprVisitor):
+    class CallOrder(relax.PyExprVisitor):
         def visit_call_(self, call: relax.Call) -> None:  # noqa: N802 - TVM's visitor name
             super().visit_call_(call)  # arguments first: they are computed before the call
             if call.op.same_as(call_tir):
                 order.append(call.args[0].name_hint)
 
-    Visitor().visit_expr(mod["main"])
+    CallOrder().visit_expr(mod["main"])
     return order
 
 

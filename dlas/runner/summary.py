@@ -51,7 +51,7 @@ def _ms(row: ResultRow | None) -> float | None:
 
 
 @dataclass
-class Group:
+class ModelRows:
     """The rows of one model and compression (on one dataset and target)."""
 
     dataset: str | None
@@ -89,14 +89,14 @@ class Group:
         return acc, dense
 
 
-def groups(rows: Sequence[ResultRow]) -> list[Group]:
+def groups(rows: Sequence[ResultRow]) -> list[ModelRows]:
     """The rows by dataset, model, compression and target: a model's compressions
     together, each layer's choices in the order they first appear in `rows`."""
-    out: dict[tuple[str | None, ...], Group] = {}
+    out: dict[tuple[str | None, ...], ModelRows] = {}
     first: dict[tuple[int, str | None], int] = {}
     for row in rows:
         key = (row.dataset, row.model, row.compression, row.target)
-        out.setdefault(key, Group(*key)).rows.append(row)
+        out.setdefault(key, ModelRows(*key)).rows.append(row)
         for i, value in enumerate(key):
             first.setdefault((i, value), len(first))
     return sorted(out.values(), key=lambda g: [first[(i, v)] for i, v in enumerate(
@@ -146,7 +146,7 @@ def _versus(tvm: float | None, ort: float | None) -> str:
     return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
 
 
-def _not_ok(group: Group) -> str:
+def _not_ok(group: ModelRows) -> str:
     """What became of a group without an ok TVM row: '2 not runnable, 1 failed'."""
     seen: dict[str, int] = {}
     for row in group.rows:

@@ -25,7 +25,7 @@ from dlas.registry import BASELINE_TAG
 from dlas.sweep.yaml_source import Loc
 
 
-class Choice(Protocol):
+class FileChoice(Protocol):
     """One choice of a layer as the sweep file gives it (`dlas.sweep.config.OptionSpec`)."""
 
     name: str
@@ -38,7 +38,7 @@ class Sweep(Protocol):
 
     exclude: list[dict[str, str | list[str]]]
 
-    def options(self, layer: str) -> Sequence[Choice]:
+    def options(self, layer: str) -> Sequence[FileChoice]:
         """The layer's choices, in file order."""
 
 

@@ -1,4 +1,4 @@
-"""How a point's tuning is planned: which tasks need trials (`Job`), how many each gets
+"""How a point's tuning is planned: which tasks need trials (`TuningJob`), how many each gets
 (`allot_by_time`), and how they group into sessions (`sessions`). Pure where it can be, so
 each rule is tested by hand.
 """
@@ -56,14 +56,14 @@ def allot_by_time(times: list[float], needs: list[int], budget: int,
             for a, need in zip(allot, needs, strict=True)]
 
 
-def task_time(db: TuningDatabase, job: Job) -> float | None:
+def task_time(db: TuningDatabase, job: TuningJob) -> float | None:
     """The task's time in one inference, us: its calls x its best schedule so far."""
     measured = [t for t in (job.minimal_us, db.best_us(job.task.mod)) if t]
     return job.task.weight * min(measured) if measured else None
 
 
 @dataclass
-class Job:
+class TuningJob:
     """A task of the point that needs trials."""
 
     index: int  # its rank among the point's tasks (largest first), for progress lines
@@ -81,15 +81,15 @@ class SessionPlan:
 
     budget: int
     per_iter: int
-    reached: list[Job]
-    unreached: list[Job]
+    reached: list[TuningJob]
+    unreached: list[TuningJob]
 
 
-def group_sessions(jobs: list[Job]) -> list[list[Job]]:
+def group_sessions(jobs: list[TuningJob]) -> list[list[TuningJob]]:
     """Jobs grouped into as few tuning sessions as their runner arguments allow: one,
     unless two CSR tasks have equal argument signatures but different arrays (the
     runner's allocator tells tasks apart by signature only)."""
-    sessions: list[tuple[dict[str, Task], list[Job]]] = []
+    sessions: list[tuple[dict[str, Task], list[TuningJob]]] = []
     for job in jobs:
         values = job.task.index_constants()
         signature = task_signature(job.task.mod) if values else ""

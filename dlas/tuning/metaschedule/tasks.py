@@ -93,7 +93,7 @@ def _call_constants(mod: tvm.IRModule) -> dict[str, dict[int, np.ndarray]]:
     found: dict[str, dict[int, np.ndarray]] = {}
 
     @relax.expr_functor.visitor
-    class Visitor(relax.PyExprVisitor):
+    class ConstantArguments(relax.PyExprVisitor):
         def visit_call_(self, call: relax.Call) -> None:  # noqa: N802 - TVM's visitor name
             if call.op.same_as(call_tir):
                 name = call.args[0].name_hint
@@ -105,7 +105,7 @@ def _call_constants(mod: tvm.IRModule) -> dict[str, dict[int, np.ndarray]]:
 
     for _, func in mod.functions_items():
         if isinstance(func, relax.Function):
-            Visitor().visit_expr(func)
+            ConstantArguments().visit_expr(func)
     return found
 
 

@@ -47,8 +47,8 @@ from dlas.tuning.metaschedule.measure import (
 from dlas.tuning.metaschedule.minimal_candidate import ensure_minimals
 from dlas.tuning.metaschedule.plan import (
     MIN_TASK_TRIALS,
-    Job,
     SessionPlan,
+    TuningJob,
     allot_by_time,
     group_sessions,
     task_time,
@@ -194,13 +194,13 @@ class MetaScheduleHook:
             eligible.append((i, task, kind))
         cap = self.settings.trials_per_task
         reused: list[tuple[int, Task, str]] = []
-        jobs: list[Job] = []
+        jobs: list[TuningJob] = []
         for i, task, kind in eligible:
             need = db.needs(task.mod, task.name, cap, self.settings.trials)
             if need == 0:
                 reused.append((i, task, kind))
             else:
-                jobs.append(Job(i, task, kind, need))
+                jobs.append(TuningJob(i, task, kind, need))
         by_time = self.settings.allocation == "time" and self.settings.transfer != "only"
         # by time: planned once every task's time (minimal, or transferred) is measured
         sessions = [] if self.settings.transfer == "only" or by_time else [
@@ -285,7 +285,7 @@ class MetaScheduleHook:
                                               s.runner_repeat, s.runner_number)
         return self._shared_runner
 
-    def _transfer_todo(self, db: TuningDatabase, jobs: list[Job]) -> list[Job]:
+    def _transfer_todo(self, db: TuningDatabase, jobs: list[TuningJob]) -> list[TuningJob]:
         """The tasks transfer-tuning has something to offer: not yet offered, and with a
         structurally matching tuned workload in the database other than themselves."""
         sources = source_structures(db)
@@ -293,7 +293,7 @@ class MetaScheduleHook:
                 and sources.get(structure_key(job.task.mod), set())
                 - {workload_key(job.task.mod)}]
 
-    def _transfer(self, db: TuningDatabase, todo: list[Job],
+    def _transfer(self, db: TuningDatabase, todo: list[TuningJob],
                   target: tvm.target.Target) -> dict[str, int]:
         """Transfer-tuning before the search: each task's structurally matching tuned
         workloads' best schedules replayed on it, measured and committed (`transfer`)."""
@@ -316,7 +316,7 @@ class MetaScheduleHook:
                  f"{time.perf_counter() - started:.1f}s")
         return counts
 
-    def _transfer_only_report(self, db: TuningDatabase, job: Job,
+    def _transfer_only_report(self, db: TuningDatabase, job: TuningJob,
                               transferred: dict[str, int]) -> TaskReport:
         """A task given no search trials (`transfer: only`): its best transferred schedule
         (if any beat its minimal one) is what applies; the task stays open for a later
@@ -347,12 +347,12 @@ class MetaScheduleHook:
             return vector_space(_schedulers(task.algorithms), target, _vector_bits(target))
         return "post-order-apply"
 
-    def _session_plan(self, jobs: list[Job]) -> SessionPlan:
+    def _session_plan(self, jobs: list[TuningJob]) -> SessionPlan:
         """A session's budget and batch, and which of its tasks the gradient scheduler's
         first round (one batch per task, in order) reaches before the budget is spent."""
         budget = min(self.settings.trials, sum(job.need for job in jobs))
         per_iter = min(self.settings.trials_per_iter, max(job.need for job in jobs))
-        reached: list[Job] = []
+        reached: list[TuningJob] = []
         left = budget
         for job in jobs:
             if left <= 0:
@@ -361,7 +361,7 @@ class MetaScheduleHook:
             left -= min(per_iter, job.need)
         return SessionPlan(budget, per_iter, reached, jobs[len(reached):])
 
-    def _time_plan(self, db: TuningDatabase, jobs: list[Job]) -> SessionPlan:
+    def _time_plan(self, db: TuningDatabase, jobs: list[TuningJob]) -> SessionPlan:
         """A session whose trials are shared by time (`allot_by_time`): each task's time is
         its calls x the best schedule measured for it so far (minimal, transferred or
         searched), so a task that a transferred schedule already made fast gets few trials
@@ -456,7 +456,7 @@ class MetaScheduleHook:
         return [self._finish(db, job, p, budget, spent, seconds * p.trials / max(spent, 1))
                 for job, p in zip(jobs, progress, strict=True)]
 
-    def _finish(self, db: TuningDatabase, job: Job, p: TaskProgress, budget: int,
+    def _finish(self, db: TuningDatabase, job: TuningJob, p: TaskProgress, budget: int,
                 spent: int, seconds: float) -> TaskReport:
         """Book one task of a finished session in the ledger and say how it went."""
         task, kind = job.task, job.kind
