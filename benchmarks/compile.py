@@ -39,8 +39,8 @@ from dlas import registry
 from dlas.compiler.build import PHASES, compile_model
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1
-from dlas.measure.timing import load_vm, run_batch, set_num_threads
 from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch, set_num_threads
 from dlas.targets.host import detect_host_cpu, host_target
 
 CIFAR = ["resnet18", "mobilenetv1", "mobilenetv2", "vgg16"]

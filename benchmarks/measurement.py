@@ -21,7 +21,7 @@ process was), each labelled with the placement probed before and after it. Its r
 run agreement is printed beside ours, and "after training" vs "fresh" within one
 placement answers whether the process's history biases a timing.
 
-Every figure is computed by dlas's own path (`dlas.results.timing.latency_columns` over
+Every figure is computed by dlas's own path (`dlas.results.latency.latency_columns` over
 the runs in question), so a number here and a sweep's row mean the same thing.
 
     python benchmarks/measurement.py [--workspace DIR] [--runs 5] [--hog-runs 2]
@@ -77,7 +77,7 @@ def sweep_run_ids(db: Path) -> set[str]:
 
 def timing_groups(config: str) -> int:
     from dlas import registry
-    from dlas.runner.timing import group_key
+    from dlas.runner.timing_groups import group_key
     from dlas.sweep.config import load_config
     from dlas.sweep.grid import expand
 
@@ -103,8 +103,8 @@ def remeasure_run_ids(db: Path, since: float) -> list[str]:
 def figures_by_run(db: Path, ids: set[str], ci_threshold: float = 0.10
                    ) -> dict[str, dict[str, dict[str, Any]]]:
     """point label -> run id -> this run's own figures (`latency_columns` of it alone)."""
+    from dlas.results.latency import latency_columns
     from dlas.results.store import ResultStore
-    from dlas.results.timing import latency_columns
 
     out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
     with ResultStore(db) as store:
@@ -141,7 +141,7 @@ def histories(db: Path, ids: set[str]) -> list[Any]:
 def block_figure(point: Any, block: set[str]) -> tuple[str, float] | None:
     """(placement, median) of `point` over its runs in `block`, pooled as its row pools
     its history (`latency_columns`); None when it has none there."""
-    from dlas.results.timing import latency_columns
+    from dlas.results.latency import latency_columns
 
     mine = [r for r in point.runs if r.run_id in block]
     if not mine:

@@ -34,8 +34,8 @@ from dlas import registry  # noqa: E402
 from dlas.compiler.build import compile_model  # noqa: E402
 from dlas.compiler.relax_import import ImportedModel, import_torch_model  # noqa: E402
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1  # noqa: E402
-from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm  # noqa: E402
 from dlas.measure.verify import verify_outputs  # noqa: E402
+from dlas.measure.vm_timing import load_vm, run_batch, set_num_threads, time_vm  # noqa: E402
 from dlas.sweep.config import Budgets  # noqa: E402
 from dlas.targets.base import TargetSpec  # noqa: E402
 from dlas.targets.host import detect_host_cpu, host_target  # noqa: E402

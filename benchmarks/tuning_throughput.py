@@ -36,7 +36,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from dlas import registry
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
-from dlas.measure.timing import set_num_threads
+from dlas.measure.vm_timing import set_num_threads
 from dlas.sweep.config import Budgets
 from dlas.targets.base import TargetSpec
 from dlas.targets.host import detect_host_cpu, host_target

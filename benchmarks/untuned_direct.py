@@ -24,8 +24,8 @@ from dlas import registry
 from dlas.algorithms.direct import DirectConv
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
-from dlas.measure.timing import load_vm, run_batch, set_num_threads, time_vm
 from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch, set_num_threads, time_vm
 from dlas.targets.host import detect_host_cpu, host_target
 
 

@@ -65,7 +65,7 @@ TEST_NOISE_BUDGET_S = 1.0
 
 @pytest.fixture(autouse=True)
 def _short_timing_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dlas.runner import timing
+    from dlas.runner import timing_groups as timing
 
     real = timing.rounds_policy
 

@@ -21,8 +21,8 @@ from dlas import registry
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1
-from dlas.measure.timing import load_vm, run_batch
 from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.targets.host import host_target
 
 ALGORITHMS = ["direct", "gemm", "spatial_pack", "direct_csr", "gemm_csr", "spatial_pack_csr"]

@@ -29,7 +29,7 @@ from dlas.compiler.relax_import import (
     load_imported,
     save_imported,
 )
-from dlas.measure.timing import load_vm, num_threads_in_use, run_batch, set_num_threads, time_vm
+from dlas.measure.vm_timing import load_vm, num_threads_in_use, run_batch, set_num_threads, time_vm
 from dlas.targets.host import detect_host_cpu, host_target
 from dlas.tir.schedule_helpers import is_parallelized, leaf_blocks, loop_kinds
 
@@ -188,7 +188,7 @@ def test_executable_loads_in_fresh_process(
     np.save(tmp_path / "x.npy", x)
     script = (
         "import sys, numpy as np\n"
-        "from dlas.measure.timing import load_vm, run_batch\n"
+        "from dlas.measure.vm_timing import load_vm, run_batch\n"
         "vm = load_vm(sys.argv[1])\n"
         "np.save(sys.argv[3], run_batch(vm, np.load(sys.argv[2])))\n"
     )

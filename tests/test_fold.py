@@ -27,8 +27,8 @@ from dlas.compiler.build import PHASES, CompileResult, compile_model, lower_to_t
 from dlas.compiler.fold import EVALUATORS, fold_constants
 from dlas.compiler.precision import convert_float16
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
-from dlas.measure.timing import load_vm, run_batch
 from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch
 from tests.test_compile import INPUT_SHAPE, make_model, torch_out
 
 TARGET = {"kind": "llvm"}

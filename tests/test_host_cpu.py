@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from dlas import registry
-from dlas.runner.timing import WorkerDied
+from dlas.runner.timing_groups import WorkerDied
 from dlas.targets import host
 
 x86_only = pytest.mark.skipif(not host.is_x86(host.detect_host_cpu()),

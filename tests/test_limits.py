@@ -286,7 +286,7 @@ def test_parallel_clock_waits_then_notes_threads_sharing_a_cpu(monkeypatch) -> N
 
 
 def test_thread_pool_refuses_a_pool_that_cannot_grow(monkeypatch) -> None:
-    import dlas.measure.timing as timing
+    import dlas.measure.vm_timing as timing
 
     sizes: list[int] = []
 

@@ -33,8 +33,8 @@ from dlas.compression.int8 import (
     quantize_qdq,
 )
 from dlas.datasets.base import fixed_batch
-from dlas.measure.timing import load_vm, run_batch
 from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner
 from dlas.runner.workspace import Workspace

@@ -1,4 +1,4 @@
-"""A point's latency columns from its timing runs (`dlas.results.timing`): which placement
+"""A point's latency columns from its timing runs (`dlas.results.latency`): which placement
 the headline figure is taken in, the per-placement figures, what is done with runs taken
 on a busy machine, when a row is noisy, the spread between runs, and legacy entries. The
 runs are built by hand so each test knows the figures to expect."""
@@ -13,8 +13,8 @@ import pytest
 
 from dlas.measure.placement import ERRATIC, FAR, NEAR, SINGLE, UNKNOWN
 from dlas.measure.record import TimingRound, TimingRun
+from dlas.results.latency import groups, latency_columns, legacy_run
 from dlas.results.statistics import summarize
-from dlas.results.timing import groups, latency_columns, legacy_run
 
 
 def rnd(index: int, placement: str, samples: Sequence[float], *, loaded: bool = False,

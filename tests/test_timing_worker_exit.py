@@ -12,7 +12,7 @@ from pathlib import Path
 import cloudpickle
 
 from dlas.measure.rounds import RoundsPolicy
-from dlas.runner.timing import TimingRequest, worker_env
+from dlas.runner.timing_groups import TimingRequest, worker_env
 
 
 def test_exit_now_flushes_output_and_skips_exit_handlers() -> None:

@@ -20,7 +20,7 @@ from tvm_ffi import structural_equal
 from dlas import registry
 from dlas.compiler.build import compile_model, lower_to_tir, make_target
 from dlas.compiler.relax_import import import_torch_model
-from dlas.measure.timing import load_vm, run_batch
+from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.sweep.config import Budgets
 from dlas.targets.base import TargetSpec
 from dlas.targets.host import host_target

@@ -16,7 +16,7 @@ from torch import nn
 from dlas import registry
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
-from dlas.measure.timing import load_vm, run_batch
+from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.sweep.config import Budgets
 from dlas.targets.base import RPCTracker, TargetSpec
 from dlas.targets.host import host_target

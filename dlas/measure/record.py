@@ -3,7 +3,7 @@ each round was taken in, and what the machine was doing.
 
 This is the unit of the timing history (`dlas.results.store`, table `timing_runs`): a
 sweep writes one run per measured point, `dlas run --remeasure` adds another, and the
-row's figures (`dlas.results.timing`) are computed over them. Rounds are kept whole
+row's figures (`dlas.results.latency`) are computed over them. Rounds are kept whole
 because the confidence interval resamples them (`dlas.results.statistics`).
 """
 

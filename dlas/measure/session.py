@@ -82,19 +82,19 @@ class Session(AbstractContextManager):
 
 class LocalCPUSession(Session):
     """This process's CPU. `pin`: CPUs to pin the thread pool to, one per thread (the
-    timing worker's choice, `dlas.measure.timing.pinnable_cpus`); None lets threads float."""
+    timing worker's choice, `dlas.measure.vm_timing.pinnable_cpus`); None lets threads float."""
 
     def __init__(self, pin: list[int] | None = None) -> None:
         self.device = tvm.cpu()
         self.pin = pin
 
     def load(self, library: Path) -> relax.VirtualMachine:
-        from dlas.measure.timing import load_vm
+        from dlas.measure.vm_timing import load_vm
 
         return load_vm(library, self.device)
 
     def set_threads(self, num_threads: int | None) -> int | None:
-        from dlas.measure.timing import set_num_threads
+        from dlas.measure.vm_timing import set_num_threads
 
         if not num_threads:
             return None
@@ -102,7 +102,7 @@ class LocalCPUSession(Session):
         return set_num_threads(num_threads, pin=pin)
 
     def threads_in_use(self) -> int | None:
-        from dlas.measure.timing import num_threads_in_use
+        from dlas.measure.vm_timing import num_threads_in_use
 
         return num_threads_in_use()
 
@@ -121,7 +121,7 @@ class LocalCUDASession(LocalCPUSession):
 
     def load(self, library: Path) -> relax.VirtualMachine:
         from dlas.compiler.gpu_schedule import cuda_compiler
-        from dlas.measure.timing import load_vm
+        from dlas.measure.vm_timing import load_vm
 
         with cuda_compiler():  # the library's CUDA source is compiled now
             vm = load_vm(library, self.device)

@@ -214,7 +214,7 @@ def thread_pool(threads: int, cpus: list[int] | None) -> Iterator[None]:
     size cannot be read: asking creates the pool, and a pool created at one worker can
     never grow (`pool_error`).
     """
-    from dlas.measure.timing import set_num_threads
+    from dlas.measure.vm_timing import set_num_threads
 
     affinity = os.sched_getaffinity(0)
     env = os.environ.get("TVM_NUM_THREADS")
@@ -329,7 +329,7 @@ def measure_limits(tvm_target: dict, threads: int, cpus: list[int] | None) -> Ma
     the threads float where this process may not use that many.
     """
     from dlas.compiler.build import make_target
-    from dlas.measure.timing import pinnable_cpus
+    from dlas.measure.vm_timing import pinnable_cpus
     from dlas.results.environment import machine_fingerprint
 
     start = time.perf_counter()

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import ReportPoint
+from dlas.results.latency import groups, usable_runs
 from dlas.results.statistics import Comparison, GroupKey, compare
-from dlas.results.timing import groups, usable_runs
 
 #: Resamples per comparison (the report makes hundreds; 1000 gives a stable 95% interval).
 RESAMPLES = 1000

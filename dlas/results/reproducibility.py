@@ -10,7 +10,7 @@ is to time again and look (Kalibera & Jones: repeat at the level that varies), w
 `dlas run CONFIG --remeasure` does; this module turns the timing history it leaves into
 the figure a reader needs: per runtime, how far two runs of one point differ.
 
-Each run's own figure is the one `dlas.results.timing.latency_columns` computes from
+Each run's own figure is the one `dlas.results.latency.latency_columns` computes from
 that run alone, and two runs are compared only when their figures come from the same
 vCPU placement (across placements they differ by design, up to 2x). The benchmark
 (`benchmarks/measurement.py`) and the report read the same functions.
@@ -79,7 +79,7 @@ def pct(fraction: float) -> str:
 
 def run_figures(runs: Iterable[TimingRun]) -> list[RunFigure]:
     """Each run's own figure, oldest first (runs without samples are skipped)."""
-    from dlas.results.timing import latency_columns
+    from dlas.results.latency import latency_columns
 
     out = []
     for run in sorted(runs, key=lambda r: r.started_at):

@@ -9,7 +9,7 @@ A column that is misspelled anywhere is an error, not a silent `None`.
 A row holds everything needed to interpret its number later without the cache: the
 resolved config, the environment, accuracy (and where it was measured), the timing
 figures with their confidence interval and the placement they were taken in (computed by
-`dlas.results.timing` over the point's timing history), compile and tuning time, model
+`dlas.results.latency` over the point's timing history), compile and tuning time, model
 size and compression ratio, and the verification against the reference. Failed and
 not-runnable points are rows too, with the error, so nothing a sweep tried is lost.
 Baseline rows (PyTorch eager, ONNX Runtime) have the same columns: `tuning` and
@@ -96,7 +96,7 @@ class ResultRow(BaseModel):
     #: Rounds (chunks of this variant) the figures resample.
     timing_rounds: int | None = None
     #: Chunks in `placement` left out as disturbed: slower than 1.10x the lower quartile
-    #: of the variant's chunk medians (dlas.results.timing).
+    #: of the variant's chunk medians (dlas.results.latency).
     disturbed_chunks: int | None = None
     #: Spread of the runs: largest over smallest per-run median in `placement`, minus 1.
     run_spread: float | None = None

@@ -7,7 +7,7 @@ Three tables:
   as its own (its report has its baselines), though their row was written once.
 - `timing_runs`: every timing run of every point's timing entry (`TimingRun`, JSON), the
   sweep's and each `dlas run --remeasure`'s. The row's latency figures are computed over
-  the runs of its current timing entry (`dlas.results.timing`), so repeating an
+  the runs of its current timing entry (`dlas.results.latency`), so repeating an
   experiment is one command and the spread across runs is kept.
 """
 

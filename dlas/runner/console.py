@@ -222,7 +222,7 @@ class RunConsole:
     @contextlib.contextmanager
     def timing(self, title: str, labels: list[str], min_rounds: int
                ) -> Iterator[Callable[[int, str, float | None], None]]:
-        """A timing group (`dlas.runner.timing`): what is timed, a line (or a live bar)
+        """A timing group (`dlas.runner.timing_groups`): what is timed, a line (or a live bar)
         per round with its vCPU placement, and how the rounds fell out."""
         self.out.print(f"    timing    {len(labels)} variant(s) of {escape(title)}, "
                        "interleaved in a fresh worker:")

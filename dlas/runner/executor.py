@@ -230,7 +230,7 @@ class StageExecutor:
     def timings(self, items: list[tuple[Point, StageKeys]], title: str
                 ) -> list[MeasureFacts | StageFailed | EntryBusy]:
         """The timing entries (`measure`, `baseline`) of a model's variants, those missing
-        computed together in one timing worker (`dlas.runner.timing`).
+        computed together in one timing worker (`dlas.runner.timing_groups`).
 
         Per item: its facts; the `StageFailed` of its stage or an upstream one; or
         `EntryBusy` when another process holds its claim (that process times it; come
@@ -283,7 +283,7 @@ class StageExecutor:
     def _time_claimed(self, entries: list[tuple[Point, StageKeys, TimedStage, str]],
                       title: str | None = None) -> list[MeasureFacts | StageFailed]:
         """Time entries whose claims this process holds, in one worker; store each."""
-        from dlas.runner.timing import (
+        from dlas.runner.timing_groups import (
             MemberResult,
             TimingMember,
             TimingRequest,

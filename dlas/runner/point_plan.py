@@ -56,7 +56,7 @@ class PointPlan:
     @property
     def group(self) -> str:
         """The timing group: a model's variants are timed together, interleaved."""
-        from dlas.runner.timing import group_key
+        from dlas.runner.timing_groups import group_key
 
         return group_key(self.point)
 

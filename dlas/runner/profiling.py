@@ -2,7 +2,7 @@
 
 A profile is taken once per timing entry and stored (`dlas.results.profiles`); a point
 whose stored profile belongs to its current timing entry is not profiled again (unless
-`refresh`). Points are profiled in the timing worker (`dlas.runner.timing`, mode
+`refresh`). Points are profiled in the timing worker (`dlas.runner.timing_groups`, mode
 "profile"): a fresh process, threads pinned as when they were timed, the variants of one
 model in one worker, the machine held exclusively as for any timing.
 """
@@ -52,7 +52,7 @@ def profile_sweep(config: Any, workspace: Any, *, refresh: bool = False,
     every measured point with its profile."""
     from dlas.results.profiles import load_profile, save_profile
     from dlas.results.store import ResultStore
-    from dlas.runner.timing import group_key
+    from dlas.runner.timing_groups import group_key
     from dlas.sweep.grid import expand
 
     out = SweepProfiles()
@@ -85,7 +85,7 @@ def _profile_group(items: list[ProfileOutcome], workspace: Any,
                    note: Callable[[str], None]) -> None:
     """Profile one model's points in one timing worker; fill their profiles or errors."""
     from dlas.runner.machine import MachineLock
-    from dlas.runner.timing import (
+    from dlas.runner.timing_groups import (
         TimingMember,
         TimingRequest,
         WorkerEvents,

@@ -195,10 +195,10 @@ def run_stage_task(point: Point, stage: str, keys: StageKeys, workspace_root: st
 def run_timing_group_task(members: list[tuple[Point, StageKeys]], workspace_root: str,
                           cache_dir: str, source: str = "sweep") -> list[StageOutcome]:
     """A Ray task's body: the timing entries of one model's variants, timed together in a
-    timing worker on this node (`dlas.runner.timing`)."""
+    timing worker on this node (`dlas.runner.timing_groups`)."""
     from dlas.runner.executor import EntryBusy
     from dlas.runner.machine import MachineLock
-    from dlas.runner.timing import group_title
+    from dlas.runner.timing_groups import group_title
 
     registry.load_plugins()
     host = socket.gethostname()

@@ -3,7 +3,7 @@ baselines, and for every executor.
 
 Facts known before anything runs are written up front (what ran it, on what kind of
 device, with which weight format), so the report never has to guess them from names. A
-timed point's latency columns come from its timing history (`dlas.results.timing`): the
+timed point's latency columns come from its timing history (`dlas.results.latency`): the
 run its timing entry holds is recorded first, then the figures are computed over every
 run of that entry.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 from dlas.measure.record import TimingRun
 from dlas.results.environment import capture_environment
+from dlas.results.latency import latency_columns, legacy_run
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
-from dlas.results.timing import latency_columns, legacy_run
 from dlas.stages.facts import CompileFacts, CompressFacts, ImportFacts, MeasureFacts, TrainFacts
 from dlas.sweep.grid import Point
 

@@ -58,7 +58,7 @@ class _Pending:
 class Runner(PlanExecutor):
     """The local executor: one process; points prepared in sweep order (every stage up to
     the timing), then each model's variants timed together in a timing worker
-    (`dlas.runner.timing`). Beside other dlas processes on the same workspace it never
+    (`dlas.runner.timing_groups`). Beside other dlas processes on the same workspace it never
     queues behind them: an entry another process is computing is left to it, other
     points go on, and the point is picked up again when that entry is stored."""
 
@@ -142,7 +142,7 @@ class Runner(PlanExecutor):
 
     def _time(self, run: SweepRun, members: list[_Pending], pending: list[_Pending]) -> bool:
         """Time a group and record its finished points: whether any finished."""
-        from dlas.runner.timing import group_title
+        from dlas.runner.timing_groups import group_title
 
         outcomes = self.executor.timings([(s.plan.point, s.plan.keys) for s in members],
                                          group_title(members[0].plan.point))

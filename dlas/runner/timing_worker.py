@@ -4,7 +4,7 @@ It starts fresh, so no timing depends on what the sweep's process did before (tr
 compiled, left thread pools running), pins its threads as the request says, builds every
 member's variant through its stage, verifies each, and times those that pass together,
 round by round (`dlas.measure.rounds`). Progress goes to stdout as one JSON object per
-line; the facts of every member go to RESULT. The parent side is `dlas.runner.timing`.
+line; the facts of every member go to RESULT. The parent side is `dlas.runner.timing_groups`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def _thread_cpus() -> list[list[int]]:
 def _start_openmp(threads: int | None, cpus: list[int] | None) -> None:
     """Start PyTorch's OpenMP pool now and pin the threads it starts, one per CPU after
     the first (this thread, which OpenMP runs as thread 0, is pinned to the first with
-    TVM's pool: `dlas.measure.timing.set_num_threads`).
+    TVM's pool: `dlas.measure.vm_timing.set_num_threads`).
 
     Why not OMP_PLACES/OMP_PROC_BIND: every copy of libgomp in the process reads them as
     it loads and binds the loading thread to the first place; scikit-learn's wheels bring

@@ -37,12 +37,12 @@ class TvmVariant(Timed):
         self.cpus = list(pin[: self.threads]) if pin and self.threads else []
 
     def run_batch1(self, inputs: np.ndarray) -> np.ndarray:
-        from dlas.measure.timing import run_batch
+        from dlas.measure.vm_timing import run_batch
 
         return run_batch(self.vm, inputs, device=self.session.device)
 
     def time_runs(self, x: np.ndarray, repeat: int, number: int, warmup: int) -> list[float]:
-        from dlas.measure.timing import time_vm
+        from dlas.measure.vm_timing import time_vm
 
         return time_vm(self.vm, x, repeat=repeat, number=number, warmup=warmup,
                        device=self.session.device)

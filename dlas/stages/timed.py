@@ -3,7 +3,7 @@ device, or the same compressed model in a baseline runtime (PyTorch, ONNX Runtim
 
 The timing stages (`measure` for TVM variants, `baseline` for runtimes) are `TimedStage`s:
 the executor does not call a compute of theirs in the sweep's own process. It hands the
-entries of a model's variants to the timing worker (`dlas.runner.timing`), a fresh
+entries of a model's variants to the timing worker (`dlas.runner.timing_groups`), a fresh
 process that builds each variant's `Timed` subject through its stage (`TimedStage.subject`),
 verifies it (`verify`), and times all of them interleaved, round by round
 (`dlas.measure.rounds`). A run computing another function is reported and never timed.
@@ -125,7 +125,7 @@ def subject_label(point: Point) -> str:
 class TimedStage(StoredStage[MeasureFacts, MeasureFacts]):
     """A stage whose entry is a verified, timed run of one variant (`measure`,
     `baseline`). The executor computes these in the timing worker, a model's variants
-    together (`dlas.runner.timing`)."""
+    together (`dlas.runner.timing_groups`)."""
 
     facts_type = MeasureFacts
     resources = Resources(cpus=2, exclusive=True)
@@ -138,7 +138,7 @@ class TimedStage(StoredStage[MeasureFacts, MeasureFacts]):
 
     def compute(self, job: Job) -> MeasureFacts:
         raise RuntimeError(f"stage '{self.name}' is computed by the timing worker "
-                           "(dlas.runner.timing), not in the sweep's process")
+                           "(dlas.runner.timing_groups), not in the sweep's process")
 
     def load(self, path: Path, facts: MeasureFacts) -> MeasureFacts:
         return facts

@@ -16,7 +16,7 @@ does have is used instead (`runnable_mcpu`; znver4 -> znver3 there).
 Threads: `num-cores` in the target only informs TVM's compiler (MetaSchedule sizes its
 parallel loops by it). The runtime thread pool is separate: it reads TVM_NUM_THREADS
 once, when first used, and otherwise uses *half* the logical CPUs on x86 (one thread on
-a 2-vCPU VM), so set it explicitly with `dlas.measure.timing.set_num_threads`.
+a 2-vCPU VM), so set it explicitly with `dlas.measure.vm_timing.set_num_threads`.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def allowed_cpus() -> list[int]:
     """CPU ids this process may run on (respects taskset / cgroup affinity).
 
     Read once per process: the timing worker pins its calling thread to one CPU
-    (`dlas.measure.timing.set_num_threads`), and Linux then reports that one CPU for the
+    (`dlas.measure.vm_timing.set_num_threads`), and Linux then reports that one CPU for the
     thread, which must not change what a 'host' target or the load probe sees.
     """
     global _ALLOWED

@@ -16,7 +16,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy
 
-from dlas.measure.timing import set_num_threads
+from dlas.measure.vm_timing import set_num_threads
 from dlas.targets.base import TargetSpec
 from dlas.targets.host import available_cores
 from dlas.tuning.metaschedule.pooled_builder import PooledBuilder

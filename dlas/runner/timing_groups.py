@@ -103,7 +103,7 @@ def rounds_policy(point: Point) -> RoundsPolicy:
 
 def plan_threads(point: Point) -> tuple[int | None, list[int] | None, bool, bool]:
     """(threads, CPUs to pin them to, single, probe placement) for a group's target."""
-    from dlas.measure.timing import pinnable_cpus
+    from dlas.measure.vm_timing import pinnable_cpus
     from dlas.targets.host import available_cores
     from dlas.targets.resolve import resolve_target
 
