@@ -34,6 +34,7 @@ import numpy as np
 
 from dlas.measure.rounds import RoundSampler, RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest, conv_algorithm
+from dlas.results.latency import run_figures, run_groups
 from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.statistics import median_ci
 
@@ -173,8 +174,7 @@ class ReplaySubject:
     def in_sequence(self, run: Any) -> list[tuple[float, list[float] | None]]:
         """Per call: its median microseconds and 95% CI in the replays of the timing run's
         usable rounds in its placement (those the model's latency comes from)."""
-        rounds = run.usable_rounds(run.placement) or run.rounds
-        wanted = [r.samples_ms for r in rounds if r.samples_ms]
+        wanted = list(run_groups(run).values())
         matrices = [per_call for samples, per_call in self.chunks if samples in wanted]
         out = []
         for i in range(len(self.calls)):
@@ -202,18 +202,10 @@ def _library(vm_library: Any, symbol: str) -> Any:
 
 
 def median_and_ci(run: Any) -> tuple[float, list[float] | None, int]:
-    """Median ms of a timing run's usable rounds in its placement, its 95% CI and the
-    number of rounds (all rounds when none was usable)."""
-    rounds = run.usable_rounds(run.placement) or run.rounds
-    groups = {(run.run_id, r.index): r.samples_ms for r in rounds if r.samples_ms}
-    samples = [s for r in rounds for s in r.samples_ms]
-    median = float(np.median(samples))
-    try:
-        ci = median_ci(groups)
-        interval = [ci.low, ci.high]
-    except ValueError:
-        interval = None
-    return median, interval, len(groups)
+    """Median ms of a timing run, its 95% CI and its number of rounds: the row's figure
+    (`dlas.results.latency.run_figures`), so a profile's latency is the row's kind."""
+    fig = run_figures(run)
+    return fig.median, [fig.ci_low, fig.ci_high], fig.rounds
 
 
 def layer_of(index: int, call: KernelCall, info: KernelInfo, conv: Any,

@@ -135,6 +135,31 @@ def figures(runs: Sequence[TimingRun], placement: str, allow_loaded: bool
                             ci.rounds, ci.runs)
 
 
+def run_figures(run: TimingRun) -> PlacementFigures:
+    """One run's figure in its own placement, by the row's rule (`figures`: usable,
+    undisturbed chunks; loaded rounds only where no clean one exists), so that a
+    profile's latency and a row's mean the same thing. A run with no usable chunk gives
+    the figure of all its rounds."""
+    used, loaded = usable_runs([run])
+    fig = figures(used, run.placement, allow_loaded=loaded)
+    if fig is not None:
+        return fig
+    grouped = {(run.run_id, r.index): list(r.samples_ms) for r in run.rounds if r.samples_ms}
+    samples = pooled(grouped)
+    if not samples:
+        raise ValueError(f"timing run {run.run_id} holds no samples")
+    ci = median_ci(grouped)
+    return PlacementFigures(float(np.median(samples)), ci.low, ci.high, len(samples),
+                            ci.rounds, ci.runs)
+
+
+def run_groups(run: TimingRun) -> dict[tuple[str, int], list[float]]:
+    """The rounds `run_figures` takes its figure from: {(run id, round index): samples}."""
+    used, loaded = usable_runs([run])
+    return groups(used, run.placement, allow_loaded=loaded) or {
+        (run.run_id, r.index): list(r.samples_ms) for r in run.rounds if r.samples_ms}
+
+
 def latency_columns(runs: Sequence[TimingRun], ci_threshold: float) -> dict[str, Any]:
     """The row's timing columns (`dlas.results.row.ResultRow`) from a point's runs."""
     if not runs:
