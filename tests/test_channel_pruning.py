@@ -25,7 +25,8 @@ from dlas.compression.physical import remove_zero_channels, zero_inputs
 from dlas.compression.pruning import conv_sparsity, is_pruned, make_permanent
 from dlas.datasets.digits import load_digits
 from dlas.models.cifar import mobilenetv2, resnet18
-from dlas.models.training import FitSettings, seed_all
+from dlas.models.seeding import seed_all
+from dlas.models.training import FitSettings
 from dlas.sweep.config import Budgets
 from tests.plugins.tiny_cnn import TinyCNN
 

@@ -23,7 +23,8 @@ from dlas.compression.pruning import (
 )
 from dlas.datasets.digits import load_digits
 from dlas.models.cifar import mobilenetv2, resnet18
-from dlas.models.training import FitSettings, fine_tune, seed_all
+from dlas.models.seeding import seed_all
+from dlas.models.training import FitSettings, fine_tune
 from dlas.sweep.config import Budgets
 
 #: The scripted tests never touch data.

@@ -83,7 +83,8 @@ def digits():
 
 @pytest.fixture(scope="module")
 def model(digits) -> nn.Module:
-    from dlas.models.training import FitSettings, seed_all, train_model
+    from dlas.models.seeding import seed_all
+    from dlas.models.training import FitSettings, train_model
 
     seed_all(0)
     net = DigitsCNN()

@@ -12,15 +12,10 @@ import torch
 
 from dlas.datasets.base import DatasetBundle
 from dlas.datasets.digits import load_digits
+from dlas.models.checkpoint import CHECKPOINT_NAME, CheckpointMismatchError
 from dlas.models.cifar import resnet18
-from dlas.models.training import (
-    CHECKPOINT_NAME,
-    CheckpointMismatchError,
-    FitSettings,
-    evaluate,
-    seed_all,
-    train_model,
-)
+from dlas.models.seeding import seed_all
+from dlas.models.training import FitSettings, evaluate, train_model
 
 import pytorch_lightning as pl  # isort: skip  (after dlas, which makes torchvision importable)
 
@@ -175,7 +170,7 @@ def test_evaluate_restores_mode(digits: DatasetBundle) -> None:
 def test_channels_last_is_refused_where_onednn_corrupts_the_heap() -> None:
     """A strided 1x1 conv whose input channels are not a multiple of 16 trains in NCHW
     (oneDNN's AVX-512 kernel crashed there; the rule holds on every CPU alike)."""
-    from dlas.models.training import channels_last_safe
+    from dlas.models.classifier import channels_last_safe
 
     assert not channels_last_safe(torch.nn.Conv2d(8, 16, 1, stride=2))
     assert not channels_last_safe(torch.nn.Conv2d(12, 24, 1, stride=2))
