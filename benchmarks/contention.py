@@ -52,8 +52,8 @@ def main() -> None:
 
     import onnxruntime as ort
 
+    from dlas.measure.contention import CONTENTION_FACTOR
     from dlas.measure.placement import cache_stream_ns, round_trip_ns
-    from dlas.measure.rounds import CONTENTION_FACTOR
 
     path = args.onnx
     if path is None:

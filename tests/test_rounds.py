@@ -12,10 +12,13 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from dlas.measure.contention import CONTENTION_FACTOR
 from dlas.measure.load import CpuLoadProbe, LoadReading
 from dlas.measure.placement import (
+    CONTENDED,
     ERRATIC,
     FAR,
+    MIXED,
     NEAR,
     SINGLE,
     UNKNOWN,
@@ -24,9 +27,6 @@ from dlas.measure.placement import (
 )
 from dlas.measure.record import TimingRun
 from dlas.measure.rounds import (
-    CONTENDED,
-    CONTENTION_FACTOR,
-    MIXED,
     RoundSampler,
     RoundsPolicy,
     RoundsResult,
@@ -274,7 +274,8 @@ def test_a_reading_that_always_looks_contended_is_ignored_not_fatal() -> None:
     from dlas.measure.rounds import _Chunk, _Round
 
     chunk = _Chunk(NEAR, [80.0, 80.0], [1e-3], state=NEAR, cache_ns=[[20.0, 9.0]])
-    s._cache_seen = {0: [9.0] * 10, 1: [9.0] * 10}
+    for _ in range(10):
+        s.contention.note([[9.0, 9.0]])
     assert s._relabel([_Round(0, False, None, 0.0, {"a": chunk})]) == (0, True)
     assert chunk.placement == NEAR
     assert CONTENTION_FACTOR > 1.0

@@ -48,7 +48,7 @@ NEAR, FAR, ERRATIC, SINGLE, UNKNOWN = "near", "far", "erratic", "single", "unkno
 MIXED = "mixed"
 #: Label of a chunk taken while something else used a measurement CPU's core caches
 #: (most likely another guest on its SMT sibling): the cache reading right before the
-#: chunk (`cache_stream_ns`) exceeded `dlas.measure.rounds.CONTENTION_FACTOR` x that
+#: chunk (`cache_stream_ns`) exceeded `dlas.measure.contention.CONTENTION_FACTOR` x that
 #: CPU's usual reading. Not used, like MIXED. The reading after the chunk is recorded
 #: but does not judge: it also reads the variant's own pool threads still spinning
 #: (after PyTorch's chunks: 10.4 ns/KiB, against 8.6 before them).

@@ -42,9 +42,9 @@ from typing import Protocol
 
 import numpy as np
 
+from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge
 from dlas.measure.load import CpuLoadProbe, busiest_processes
 from dlas.measure.placement import (
-    CONTENDED,
     MIXED,
     NEAR,
     PREFERENCE,
@@ -56,13 +56,6 @@ from dlas.measure.placement import (
 )
 from dlas.measure.record import TimingRound, TimingRun
 
-#: A cache reading this many times the CPU's usual one (its 10th percentile over the
-#: run) means contention. Measured on Zen 5 (docs/timing.md): 1.3 flags 47-67% of the
-#: spells that slowed one-thread ONNX Runtime by 15% or more and 2-4% of the other
-#: readings; 1.2 flagged 45-65% of all chunks in real timing runs, doubling their length.
-CONTENTION_FACTOR = 1.3
-#: Readings of a CPU needed before its usual reading is trusted.
-CONTENTION_MIN_READINGS = 6
 #: A chunk lasts at most about this long (fewer samples per chunk for slow variants):
 #: the shorter a chunk, the less often a placement change falls inside it.
 CHUNK_MAX_S = 0.25
@@ -212,7 +205,7 @@ class RoundSampler:
         self._retries = 0
         #: Every cache reading per CPU position (`dlas.measure.placement`), for the
         #: contention judgement.
-        self._cache_seen: dict[int, list[float]] = {}
+        self.contention = ContentionJudge()
 
     # -- one round --------------------------------------------------------------------
 
@@ -223,43 +216,9 @@ class RoundSampler:
             return PlacementReading(UNKNOWN)
         return self.placement.read()
 
-    def _note_cache(self, cache: list[list[float | None]]) -> None:
-        for reading in cache:
-            for cpu, value in enumerate(reading):
-                if value is not None:
-                    self._cache_seen.setdefault(cpu, []).append(value)
-
-    def _usual_cache(self) -> dict[int, float]:
-        """Each CPU's usual cache reading (10th percentile), once there are enough."""
-        return {cpu: float(np.percentile(values, 10))
-                for cpu, values in self._cache_seen.items()
-                if len(values) >= CONTENTION_MIN_READINGS}
-
-    @staticmethod
-    def _contended(cache: list[list[float | None]], usual: dict[int, float]) -> bool:
-        """Whether the reading before a chunk (`cache[0]`, per CPU) shows contention."""
-        return any(value is not None and cpu in usual
-                   and value > CONTENTION_FACTOR * usual[cpu]
-                   for cpu, value in enumerate(cache[0] if cache else []))
-
     def _relabel(self, kept: list[_Round]) -> tuple[int, bool]:
-        """Judge every chunk's contention again against the usual readings seen so far
-        (early chunks were judged against few; a run that began inside a spell learns
-        what usual is later). Returns (how many are contended, whether contention was
-        ignored): when every chunk would be contended, none is (the readings then say
-        nothing useful)."""
-        usual = self._usual_cache()
-        verdicts = {(r.index, label): self._contended(c.cache_ns, usual)
-                    for r in kept for label, c in r.chunks.items()
-                    if c.state and c.state not in UNUSABLE}
-        ignored = bool(verdicts) and all(verdicts.values())
-        if ignored:
-            verdicts = dict.fromkeys(verdicts, False)
-        for r in kept:
-            for label, c in r.chunks.items():
-                if (r.index, label) in verdicts:
-                    c.placement = CONTENDED if verdicts[(r.index, label)] else c.state
-        return sum(verdicts.values()), ignored
+        """Every kept chunk judged for contention again (`ContentionJudge.relabel`)."""
+        return self.contention.relabel([c for r in kept for c in r.chunks.values()])
 
     def _chunk_size(self, subject: Subject) -> int:
         """Samples in the subject's next chunk: its share of the samples per round, fewer
@@ -288,7 +247,7 @@ class RoundSampler:
                 self._per_sample[subject.label] = float(np.median(samples))
             state = round_placement(before, after)
             cache = [list(before.cache_ns), list(after.cache_ns)]
-            self._note_cache(cache[:1])
+            self.contention.note(cache[:1])
             # labelled contended or not by `_relabel` once the round is kept
             chunks[subject.label] = _Chunk(state,
                                            [before.round_trip_ns, after.round_trip_ns],
@@ -459,7 +418,7 @@ class RoundSampler:
             self.events.append({"event": "contended", "chunks": contended,
                                 "of": chunks, "usual_cache_ns": {
                                     str(cpu): round(v, 3)
-                                    for cpu, v in self._usual_cache().items()}})
+                                    for cpu, v in self.contention.usual().items()}})
         if chunks and contended > chunks // 4:
             notes.append(f"{contended} of {chunks} chunks were taken while something else "
                          "used a measurement CPU's core caches (cache reading up by "
