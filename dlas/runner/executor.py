@@ -286,11 +286,9 @@ class StageExecutor:
         from dlas.runner.timing_groups import (
             MemberResult,
             TimingMember,
-            TimingRequest,
             WorkerEvents,
+            group_request,
             group_title,
-            plan_threads,
-            rounds_policy,
             time_group,
         )
         from dlas.stages.timed import subject_label
@@ -310,12 +308,8 @@ class StageExecutor:
                 writers.append((ctx, meta))
                 members.append(TimingMember(point, keys, stage.name, subject_label(point),
                                             str(tmp)))
-            threads, cpus, single, probe = plan_threads(first)
-            request = TimingRequest(
-                workspace_root=str(self.env.workspace_root), cache_dir=str(self.cache.root),
-                members=members, policy=rounds_policy(first), threads=threads, cpus=cpus,
-                single=single, probe_placement=probe, source=self.timing_source,
-                seed=first.budgets.seed)
+            request = group_request(first, members, str(self.env.workspace_root),
+                                    str(self.cache.root), self.timing_source)
             began, start = time.time(), time.perf_counter()
             with self.console.timing(title or group_title(first),
                                      [m.label for m in members],

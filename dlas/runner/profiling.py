@@ -87,11 +87,9 @@ def _profile_group(items: list[ProfileOutcome], workspace: Any,
     from dlas.runner.machine import MachineLock
     from dlas.runner.timing_groups import (
         TimingMember,
-        TimingRequest,
         WorkerEvents,
+        group_request,
         group_title,
-        plan_threads,
-        rounds_policy,
         time_group,
     )
     from dlas.stages import result_stage, stage_keys
@@ -107,12 +105,8 @@ def _profile_group(items: list[ProfileOutcome], workspace: Any,
             work.mkdir()
             members.append(TimingMember(item.point, stage_keys(item.point), stage,
                                         subject_label(item.point), str(work)))
-        threads, cpus, single, probe = plan_threads(first)
-        request = TimingRequest(
-            workspace_root=str(workspace.root), cache_dir=str(workspace.cache_dir),
-            members=members, policy=rounds_policy(first), threads=threads, cpus=cpus,
-            single=single, probe_placement=probe, source="profile",
-            seed=first.budgets.seed, mode="profile")
+        request = group_request(first, members, str(workspace.root),
+                                str(workspace.cache_dir), "profile", mode="profile")
         # the machine as the point's timing stage holds it (exclusively)
         resources = result_stage(first).resources_for(first)
         with MachineLock().hold(resources, lambda what: note(f"waiting: {what}")):

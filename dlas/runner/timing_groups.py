@@ -117,6 +117,18 @@ def plan_threads(point: Point) -> tuple[int | None, list[int] | None, bool, bool
     return threads, cpus, threads == 1, threads > 1
 
 
+def group_request(first: Point, members: list[TimingMember], workspace_root: str,
+                  cache_dir: str, source: str, mode: str = "time") -> TimingRequest:
+    """The request for one timing group, its threads and rounds planned from its first
+    point (the same for every member): the one place a sweep's timing and a profile
+    build it."""
+    threads, cpus, single, probe = plan_threads(first)
+    return TimingRequest(
+        workspace_root=workspace_root, cache_dir=cache_dir, members=members,
+        policy=rounds_policy(first), threads=threads, cpus=cpus, single=single,
+        probe_placement=probe, source=source, seed=first.budgets.seed, mode=mode)
+
+
 def worker_env(threads: int | None) -> dict[str, str]:
     """The worker's environment: this dlas first on the path, TVM's thread count set
     (the worker pins the threads itself)."""
