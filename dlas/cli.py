@@ -201,20 +201,23 @@ def _predicted_latencies(config, ws):  # noqa: ANN001, ANN202 - lazy-imported ty
         return None
 
 
-def _print_run_estimate(config, workspace) -> None:  # noqa: ANN001 - lazy-imported types
+def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - lazy types
     """One line before a run: how long it should take here (`dlas plan --estimate` has
-    the breakdown). Never stops a run: an estimate that fails is left out."""
+    the breakdown); the estimate (s), which each point's line then measures progress
+    against. Never stops a run: an estimate that fails is left out."""
     try:
         from dlas.estimate import estimate_sweep
         from dlas.estimate.render import duration
 
         est = estimate_sweep(config, workspace.cache_dir, workspace.db_path)
     except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
-        return
-    if est.tasks:
-        console.print(f"estimated {duration(est.total_s)} on this machine ({len(est.tasks)} "
-                      "stages to compute; dlas plan --estimate for the breakdown)",
-                      markup=False)
+        return None
+    if not est.tasks:
+        return None
+    console.print(f"estimated {duration(est.total_s)} on this machine ({len(est.tasks)} "
+                  "stages to compute; dlas plan --estimate for the breakdown)",
+                  markup=False)
+    return float(est.total_s)
 
 
 def _executor(args: argparse.Namespace, workspace: Any) -> SweepExecutor:
@@ -235,7 +238,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_database(workspace.db_path)  # before any work: the rows could not be stored
     runner = _executor(args, workspace)
     runner.console.config_path = args.config  # the summary names the commands in full
-    _print_run_estimate(config, runner.workspace)
+    runner.console.estimated_s = _print_run_estimate(config, runner.workspace)
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
                          "noisy ones: give one of them")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
+#: The suite's timings widen nothing a user later reads: their own drift record
+#: (`dlas.results.drift_record`), shared by the suite's processes, gone with the run.
+os.environ.setdefault("DLAS_DRIFT_RECORD",
+                      os.path.join(tempfile.mkdtemp(prefix="dlas-drift-"), "drift.sqlite"))
 
 TINY_SWEEP = """
 name: {name}

@@ -5,6 +5,7 @@ of a run in 100 columns. Synthetic rows only: nothing runs."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -39,7 +40,10 @@ def _row(n: int, algorithm: str = "direct", tuning: str = "none", *, model: str 
          compression: str = "none", ms: float | None = 10.0, **kw: object) -> ResultRow:
     backend = tuning if tuning in ("onnxruntime", "pytorch") else "tvm"
     timing = {} if ms is None else {"latency_median_ms": ms, "latency_ci_low_ms": ms * 0.99,
-                                    "latency_ci_high_ms": ms * 1.01}
+                                    "latency_ci_high_ms": ms * 1.01,
+                                    "next_run_low_ms": ms * 0.9, "next_run_high_ms": ms * 1.1,
+                                    "next_run_drift": 0.0953,
+                                    "next_run_basis": "prior (0 of 30 pairs measured here)"}
     fields: dict = {"point_key": f"p{n}", "dataset": "digits", "model": model,
                     "compression": compression, "algorithm": algorithm, "tuning": tuning,
                     "target": "host", "backend": backend, "accuracy": 0.98,
@@ -109,12 +113,16 @@ def test_results_at_120_show_the_columns_that_matter_and_notes_in_full() -> None
     lines = _lines(out)
     header = lines[1].split()
     assert header == ["status", "model", "compression", "algorithm", "tuning", "median",
-                      "95%", "CI", "accuracy", "note"]
+                      "next", "run", "accuracy", "note"]
     text = "\n".join(lines)
-    assert "median and 95% CI in ms" in lines[0]
+    assert "times in ms" in lines[0]
     body = _body(lines, len(rows))
     assert "direct(layout=NCHWc)" in body[3] and "metaschedule" in body[2]
-    assert "10.00" in body[0] and "[9.900, 10.10]" in body[0]
+    assert "10.00" in body[0] and "[9.000, 11.00]" in body[0]
+    # which kind of interval that is, and what it rests on, per runtime
+    said = " ".join(line.strip() for line in lines)
+    assert "next run: where an independent run of the point lands (95%)" in said
+    assert "tvm ±10.0% (prior (0 of 30 pairs measured here))" in said  # the row says so
     # the long reasons are cut in their cell, numbered and given in full below
     assert body[8].split()[-1] == "[1]" and body[9].split()[-1] == "[2]"
     full = " ".join(line.strip() for line in lines[lines.index("notes in full:"):])
@@ -129,7 +137,7 @@ def test_narrow_terminal_leaves_out_low_priority_columns_and_says_which() -> Non
     print_results(out, study_rows(), "results")
     lines = _lines(out)
     assert all(len(line) <= 80 for line in lines)
-    assert "left out for width: 95% CI, accuracy, note" in " ".join(lines[-2:])
+    assert "left out for width: next run, accuracy, note" in " ".join(lines[-2:])
     assert lines[1].split()[:5] == ["status", "model", "compression", "algorithm", "tuning"]
 
 
@@ -321,4 +329,33 @@ def test_run_summary_ends_with_the_study(tmp_path: Path) -> None:
 
 def test_brief_columns_are_what_the_issue_asks() -> None:
     assert BRIEF_COLUMNS == ["status", "model", "compression", "algorithm", "tuning",
-                             "latency_median_ms", "latency_ci_ms", "accuracy", "note"]
+                             "latency_median_ms", "next_run_ms", "accuracy", "note"]
+
+
+def test_a_far_row_says_so_and_what_far_means() -> None:
+    rows = [_row(1, "direct", ms=10.0, placement="near"),
+            _row(2, "gemm", ms=14.0, placement="far"),
+            _row(3, "spatial_pack", ms=9.0, placement="far", noisy=1)]
+    out = Console(width=120, record=True)
+    print_results(out, rows, "results")
+    lines = _lines(out)
+    body = _body(lines, 3)
+    assert body[0].split()[-1] != "far" and body[1].split()[-1] == "far"
+    assert body[2].rstrip().endswith("noisy, far")
+    said = " ".join(line.strip() for line in lines)
+    assert "far: timed while the two vCPUs sat on distant cores" in said
+    assert "in the same vCPU placement" in said
+
+
+def test_each_point_line_says_how_far_the_run_is_against_its_estimate() -> None:
+    from dlas.runner.console import clock
+
+    assert [clock(s) for s in (5, 130, 3900)] == ["5s", "2m10s", "1h05m"]
+    console = RunConsole(progress=False, console=Console(width=120, record=True))
+    assert console.elapsed() == ""  # before the sweep starts
+    console.started = time.monotonic() - 130
+    assert "(2m10s)" in console.elapsed()
+    console.estimated_s = 660
+    assert "(2m10s of ~11m00s estimated)" in console.elapsed()
+    console.estimated_s = 100
+    assert "(2m10s, over the ~1m40s estimate)" in console.elapsed()

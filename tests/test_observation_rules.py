@@ -9,6 +9,7 @@ ends (`dlas.report.comparisons`): intervals that separate decide, ones that over
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from dlas.report.comparisons import (
     Statistic,
     above,
     at_least,
+    compare_points,
+    drift_of,
     geomean_interval,
     mean_interval,
     speedup_interval,
@@ -41,6 +44,7 @@ from dlas.report.observations import (
     tuning_accelerates_and_changes_best_choice,
 )
 from dlas.report.paper import load_paper
+from dlas.results.drift import PRIOR
 from tests.test_report import make_db, point_from_row, points_of, row
 
 TUNED = "metaschedule"
@@ -59,9 +63,10 @@ def analysis(rows: list[dict[str, Any]]) -> Analysis:
 
 
 def test_interval_arithmetic_and_thresholds() -> None:
-    dense = point_from_row(timed(100.0, 1.0))
+    # no drift on this machine: the ratio's interval comes from the two intervals alone
+    dense = point_from_row(timed(100.0, 1.0, next_run_drift=0.0))
     pruned = point_from_row(timed(20.0, 1.0, compression="weight_pruning",
-                                  algorithm="direct_csr", sparsity=0.9))
+                                  algorithm="direct_csr", sparsity=0.9, next_run_drift=0.0))
     s = speedup_interval(dense, pruned)  # 100/20, from the ends: 99/21 .. 101/19
     assert (s.value, s.low, s.high) == pytest.approx((5.0, 99 / 21, 101 / 19))
     m = mean_interval([Statistic(1, 0.5, 2), Statistic(3, 2, 4)])
@@ -75,6 +80,24 @@ def test_interval_arithmetic_and_thresholds() -> None:
         == [True, False, None]
     assert Statistic.exact(2.0).text(unit="x") == "2.00x"
     assert Statistic(2.0, 1.5, 2.5).text(unit="x") == "2.00x [1.50, 2.50]"
+
+
+def test_points_timed_apart_compare_with_both_runtimes_drift() -> None:
+    """Rows of other timing runs (here: rows without shared rounds) differ also by the
+    machine's drift between the runs: their ratio's interval gains it in quadrature, so
+    a 3% difference with 1% intervals is a tie once TVM drifts 10% on this machine."""
+    a = point_from_row(timed(100.0, 0.5, next_run_drift=0.10))
+    b = point_from_row(timed(103.0, 0.5, algorithm="gemm", next_run_drift=0.10))
+    c = compare_points(a, b)
+    assert c.verdict == "tie" and "across runs" in (c.placement or "")
+    assert c.low < 103 / 100 * math.exp(-0.09) and c.high > 103 / 100 * math.exp(0.09)
+    still = compare_points(point_from_row(timed(100.0, 0.5, next_run_drift=0.0)),
+                           point_from_row(timed(103.0, 0.5, algorithm="gemm",
+                                                next_run_drift=0.0)))
+    assert still.verdict == "b_faster" or still.verdict == "a_faster"
+    # a row older than the record: its runtime's prior
+    old = point_from_row(timed(100.0, 0.5))
+    assert drift_of(old).half_width == PRIOR["tvm"]
 
 
 # -- combine ---------------------------------------------------------------------------------

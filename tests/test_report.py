@@ -292,10 +292,13 @@ def test_observations_10_11_12_on_tuned_and_untuned_pruning() -> None:
     assert x.status == HELD and "35.0%" in x.evidence[0]
     accel, change = tuning_accelerates_and_changes_best_choice(a)
     # per model: dense direct and gemm 10x faster tuned, WP 4x: geo-mean (10*10*4)^(1/3)
-    assert accel.status == HELD and "7.37x over 6 points" in accel.evidence[0]
+    # rows without intervals (medians only) still carry the machine's drift (the prior)
+    assert accel.status == HELD and "7.37x [" in accel.evidence[0]
+    assert "over 6 points" in accel.evidence[0]
     assert change.status == NOT_HELD  # the same algorithm and combination win either way
     (xii,) = pruned_lower_relative_speedup_when_tuned(a)
-    assert xii.status == HELD and "50.0% untuned, 20.0% tuned" in xii.evidence[0]
+    assert xii.status == HELD and "50.0% [" in xii.evidence[0]
+    assert "untuned, 20.0% [" in xii.evidence[0]
 
 
 def test_observation_6_float16_and_int8_accuracy() -> None:

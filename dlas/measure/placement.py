@@ -58,6 +58,9 @@ UNUSABLE = (MIXED, CONTENDED, ERRATIC)
 #: Preference when one placement must be chosen for a headline figure: the state a
 #: multi-threaded timing is fastest and most repeatable in first.
 PREFERENCE = (SINGLE, NEAR, FAR, UNKNOWN, ERRATIC)
+#: Steady placements a timing taken on this machine is labelled with (UNKNOWN: a board
+#: or no probe; ERRATIC: no steady state).
+LOCAL_PLACEMENTS = (SINGLE, NEAR, FAR)
 
 _SOURCE = Path(__file__).with_name("native") / "pingpong.c"
 _lock = threading.Lock()

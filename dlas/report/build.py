@@ -412,8 +412,8 @@ def _reproducibility_section(doc: Document, points: list[ReportPoint]) -> None:
 
     doc.add(Heading("Reproducibility: how far timing runs agree on this machine"))
     unique = {p.key: p for p in points if p.is_timed and p.runs}
-    timed = [TimedPoint(p.describe(), p.tuning if p.baseline else TVM, p.runs)
-             for p in unique.values()]
+    timed = [TimedPoint(p.describe(), p.tuning if p.baseline else TVM, p.runs,
+                        p.next_run_drift) for p in unique.values()]
     agreement = run_agreement(timed)
     intro = ("A row's 95% interval says how well its timing runs pin its median down, not "
              "where a new run would land: on shared cloud VMs the machine's state moves "
@@ -424,6 +424,7 @@ def _reproducibility_section(doc: Document, points: list[ReportPoint]) -> None:
                      "taken in different vCPU placements). `dlas run CONFIG --remeasure` "
                      "times every point again from the cached modules; this section then "
                      "shows, per runtime, how far two runs of one point differ."))
+        _next_run_paragraph(doc, timed)
         return
     counts = sorted(len(p.runs) for p in unique.values())
     pooled = (f"{counts[0]}" if counts[0] == counts[-1] else f"{counts[0]} to {counts[-1]}")
@@ -440,6 +441,33 @@ def _reproducibility_section(doc: Document, points: list[ReportPoint]) -> None:
          for a in agreement],
         "Difference between two runs of one point: |median A / median B - 1| with the "
         "larger over the smaller."))
+    _next_run_paragraph(doc, timed)
+
+
+def _next_run_paragraph(doc: Document, timed: list[Any]) -> None:
+    """Which interval the rows carry for the next run, and its coverage measured here."""
+    from dlas.results.reproducibility import pct, range_coverage
+
+    covered = range_coverage(timed)
+    text = ("Each row also carries where the next independent run of its point should land "
+            "(95%, 'next run' in `dlas results`): its median widened by this machine's "
+            "run-to-run drift for its runtime, measured from earlier invocations' runs of "
+            "the same compiled artifacts (`dlas.results.drift`), or a prior until 30 such "
+            "pairs exist. Comparisons between points not timed in the same rounds "
+            "(other models, other invocations) carry that drift too.")
+    if not covered:
+        doc.add(Para(text + " No point here has two runs in one placement, so the ranges' "
+                     "coverage is not measured in this workspace (docs/timing.md gives "
+                     "the benchmark's)."))
+        return
+    doc.add(Para(text + " Coverage measured on this workspace's consecutive runs of each "
+                 "point (passes and --remeasure runs alike):"))
+    doc.add(Table(
+        ["runtime", "drift (95%)", "pairs of runs", "later run inside the range"],
+        [[RUNTIME_NAMES.get(c.runtime, "TVM" if c.runtime == "tvm" else c.runtime),
+          f"±{pct(c.drift)}", str(c.pairs), f"{c.inside} ({100 * c.share:.0f}%)"]
+         for c in covered],
+        "A pair: a run and the next run of the same point in the same vCPU placement."))
 
 
 def _observations_section(doc: Document, points: list[ReportPoint], paper: Paper,

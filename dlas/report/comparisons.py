@@ -6,6 +6,11 @@ timed points (`dlas.results.statistics.compare` over their timing histories).
   "incomparable", which counts as a tie.
 - Paired by round when the two were timed in the same rounds (the variants of one model,
   interleaved by the timing worker), so a drift that hit a round hits both.
+- Across runs, wider: two points not timed in the same rounds (other timing workers: other
+  models, other passes, other invocations) differ also by how far the machine drifted
+  between their runs, so their ratio's interval gains both runtimes' drift on this machine
+  (`dlas.results.drift`), and a verdict between rows of different invocations never rests
+  on the narrower within-run intervals alone.
 - A tie is a verdict, not a failure: "faster" holds only when the ratio's 95% interval
   excludes 1.
 - Rows written before timing histories existed have no rounds: they compare by their
@@ -32,10 +37,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import ReportPoint
+from dlas.results.drift import MIN_PAIRS, Drift, pair_half_width, prior, widen
 from dlas.results.latency import groups, usable_runs
 from dlas.results.statistics import Comparison, GroupKey, compare
 
@@ -71,8 +77,28 @@ def compare_points(a: ReportPoint, b: ReportPoint) -> Comparison:
     """median(b) / median(a) with its interval and verdict (see the module doc)."""
     key = (a.key, a.updated_at, b.key, b.updated_at)
     if key not in _cache:
-        _cache[key] = _compare(a, b)
+        _cache[key] = across_runs(_compare(a, b), a, b)
     return _cache[key]
+
+
+def drift_of(p: ReportPoint) -> Drift:
+    """The point's runtime's drift as its row recorded it (the prior for rows older than
+    the record)."""
+    runtime = p.tuning if p.baseline else "tvm"
+    if p.next_run_drift is None:
+        return prior(runtime)
+    return Drift(runtime, p.next_run_drift, MIN_PAIRS)
+
+
+def across_runs(c: Comparison, a: ReportPoint, b: ReportPoint) -> Comparison:
+    """`c` with both points' drift added to its interval when they were not timed in
+    the same rounds (see the module doc); paired and incomparable ones as they are."""
+    if c.paired or c.ratio is None or c.low is None or c.high is None:
+        return c
+    low, high = widen(c.ratio, c.low, c.high, pair_half_width(drift_of(a), drift_of(b)))
+    verdict = "a_faster" if low > 1.0 else "b_faster" if high < 1.0 else "tie"
+    where = f"{c.placement}, across runs" if c.placement else "across runs"
+    return replace(c, low=low, high=high, verdict=verdict, placement=where)
 
 
 def _compare(a: ReportPoint, b: ReportPoint) -> Comparison:

@@ -226,6 +226,9 @@ class ReportPoint:
     #: The median's 95% confidence interval, and the vCPU placement it was taken in.
     latency_ci_low_ms: float | None = None
     latency_ci_high_ms: float | None = None
+    #: This machine's run-to-run drift for its runtime, |log ratio| (`dlas.results.drift`):
+    #: what a comparison with a point timed apart from it adds to their ratio's interval.
+    next_run_drift: float | None = None
     placement: str | None = None
     #: Every timing run of the point (what comparisons resample; empty for rows written
     #: before the history existed, which compare by their intervals).
@@ -360,6 +363,7 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> ReportPoin
         noise_reason=row.noise_reason,
         latency_ci_low_ms=_float(row.latency_ci_low_ms),
         latency_ci_high_ms=_float(row.latency_ci_high_ms),
+        next_run_drift=_float(row.next_run_drift),
         placement=row.placement,
         runs=tuple(runs),
         layout=layout_of(row),

@@ -49,6 +49,8 @@ class TimedPoint:
     label: str
     runtime: str
     runs: Sequence[TimingRun]
+    #: The drift its row's next-run range was widened by (|log ratio|), if it has one.
+    drift: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,3 +120,41 @@ def run_agreement(points: Iterable[TimedPoint]) -> list[RunAgreement]:
                                 float(np.median([v[0] for v in values])), worst[0],
                                 worst[1], (worst[2], worst[3])))
     return out
+
+
+@dataclass(frozen=True)
+class RangeCoverage:
+    """How often a run landed inside the next-run range of the run before it (same point,
+    same placement; the range as the row computes it: the earlier run's median widened by
+    the row's drift, `dlas.results.drift`), for one runtime."""
+
+    runtime: str
+    pairs: int
+    inside: int
+    #: The drift the ranges were widened by (the widest of the runtime's rows).
+    drift: float
+
+    @property
+    def share(self) -> float:
+        return self.inside / self.pairs if self.pairs else math.nan
+
+
+def range_coverage(points: Iterable[TimedPoint]) -> list[RangeCoverage]:
+    """Per runtime, over consecutive runs of each point in one placement: the share of
+    later runs inside the earlier run's next-run range."""
+    tally: dict[str, list[int]] = {}
+    widths: dict[str, float] = {}
+    for point in points:
+        if point.drift is None:
+            continue
+        last: dict[str, float] = {}
+        for fig in run_figures(point.runs):
+            before = last.get(fig.placement)
+            if before is not None:
+                counts = tally.setdefault(point.runtime, [0, 0])
+                counts[0] += 1
+                counts[1] += log_ratio(before, fig.median_ms) <= point.drift
+            last[fig.placement] = fig.median_ms
+        widths[point.runtime] = max(widths.get(point.runtime, 0.0), point.drift)
+    return [RangeCoverage(rt, n, inside, widths[rt])
+            for rt, (n, inside) in sorted(tally.items(), key=lambda kv: (kv[0] != TVM, kv[0]))]

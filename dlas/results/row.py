@@ -69,6 +69,15 @@ class ResultRow(BaseModel):
     #: rounds and samples; dlas.results.statistics).
     latency_ci_low_ms: float | None = None
     latency_ci_high_ms: float | None = None
+    #: Where the next independent run of this point is expected to land (95%): the
+    #: median widened by this machine's run-to-run drift for its runtime, never inside
+    #: the CI above (dlas.results.drift). Rows of different invocations compare by it.
+    next_run_low_ms: float | None = None
+    next_run_high_ms: float | None = None
+    #: The drift it was widened by, |log ratio| (0.05 is about 5%).
+    next_run_drift: float | None = None
+    #: What that drift rests on: 'this machine, 84 pairs' or 'prior (...)'.
+    next_run_basis: str | None = None
     latency_mean_ms: float | None = None
     latency_std_ms: float | None = None
     latency_min_ms: float | None = None

@@ -33,8 +33,8 @@ __all__ = ["COLUMNS", "JSON_COLUMNS", "STATUSES", "SUMMARY_COLUMNS", "DamagedDat
 #: `dlas.runner.console`, one line a row; every column goes to CSV and JSON).
 SUMMARY_COLUMNS = [
     "status", "model", "compression", "algorithm", "tuning", "target", "accuracy",
-    "sparsity", "latency_median_ms", "latency_ci_ms", "placement", "threads", "verified",
-    "max_abs_diff", "compile_s", "error",
+    "sparsity", "latency_median_ms", "latency_ci_ms", "next_run_ms", "placement", "threads",
+    "verified", "max_abs_diff", "compile_s", "error",
 ]
 
 _SCHEMA_EXTRA = (

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -16,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dlas.compiler.fallbacks import summary as fallback_summary
+from dlas.measure.placement import FAR
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
 from dlas.runner.labels import legend_lines, short_labels
 from dlas.runner.summary import ms_text
@@ -85,6 +88,43 @@ def ci_text(row: ResultRow, digits: int = 4) -> str:
     return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
+def next_run_text(row: ResultRow, digits: int = 4) -> str:
+    """'[1.31, 1.49]': where the next independent run lands (95%), '-' without it."""
+    lo, hi = row.next_run_low_ms, row.next_run_high_ms
+    if lo is None or hi is None:
+        return "-"
+    return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+
+
+def drift_line(rows: list[ResultRow]) -> str | None:
+    """'tvm ±6.1% (this machine, 84 pairs), onnxruntime ±12.7% (prior ...)': the drift
+    each runtime's next-run range was widened by, as the rows recorded it."""
+    seen: dict[str, str] = {}
+    for row in rows:
+        if row.next_run_drift is not None and row.backend and row.backend not in seen:
+            seen[row.backend] = (f"{row.backend} ±{100 * math.expm1(row.next_run_drift):.1f}% "
+                                 f"({row.next_run_basis})")
+    return ", ".join(seen.values()) or None
+
+
+def interval_notes(rows: list[ResultRow], shown: Any) -> list[str]:
+    """What the shown intervals are: the CI within the run, the next run's range."""
+    out = []
+    if "latency_ci_ms" in shown:
+        out.append("95% CI: the median's interval within this point's own runs (what "
+                   "comparisons within one sweep use)")
+    drift = drift_line(rows)
+    if "next_run_ms" in shown:
+        out.append("next run: where an independent run of the point lands (95%) in the same "
+                   "vCPU placement, the median widened by this machine's run-to-run drift"
+                   + (f": {drift}" if drift else ""))
+    if any(row.placement == FAR for row in rows):
+        out.append("far: timed while the two vCPUs sat on distant cores, which slows "
+                   "multi-threaded runs (1.1-1.6x on the VMs measured); compare it with far rows "
+                   "only (docs/timing.md)")
+    return out
+
+
 def _ci_cell(row: ResultRow) -> str:
     text = ci_text(row)
     if not row.noisy:
@@ -94,12 +134,15 @@ def _ci_cell(row: ResultRow) -> str:
 
 
 def timing_detail(row: ResultRow) -> str:
-    """'median 1.391 ms [1.385, 1.398] (near placement, 10 rounds)'."""
+    """'median 1.391 ms [1.385, 1.398] in this run, next run [1.26, 1.54] (near placement,
+    10 rounds)': both kinds of interval, each named."""
     where = f"{row.placement} placement" if row.placement else "placement unknown"
     rounds = f", {row.timing_rounds} rounds" if row.timing_rounds else ""
     runs = (f", {row.timing_runs} timing runs (spread {row.run_spread:.1%})"
             if row.timing_runs and row.timing_runs > 1 and row.run_spread is not None else "")
-    return (f"median {row.latency_median_ms:.3f} ms {ci_text(row, 4)} "
+    within = "in these runs" if row.timing_runs and row.timing_runs > 1 else "in this run"
+    nxt = (f", next run {next_run_text(row)}" if row.next_run_low_ms is not None else "")
+    return (f"median {row.latency_median_ms:.3f} ms {ci_text(row, 4)} {within}{nxt} "
             f"({where}{rounds}{runs})")
 
 
@@ -109,6 +152,16 @@ def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.0f}"
     return str(value)
+
+
+def clock(seconds: float) -> str:
+    """'45s', '2m10s', '1h05m'."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class RunConsole:
@@ -123,18 +176,35 @@ class RunConsole:
         #: the commands the summary names.
         self.workspace_root: Path | None = None
         self.config_path: str | None = None
+        #: The run's estimate (`dlas plan --estimate`, s) and its start: each point's line
+        #: says how far along the run is against it.
+        self.estimated_s: float | None = None
+        self.started: float | None = None
 
     def note(self, text: str) -> None:
         self.out.print(text)
 
     def sweep_header(self, config: SweepConfig, points: list[Point], workspace: Workspace) -> None:
         self.workspace_root = workspace.root
+        if self.started is None:  # a later timing pass goes on with the same clock
+            self.started = time.monotonic()
         blocked = sum(1 for p in points if p.blocked)
         self.out.print(f"[bold]sweep '{escape(config.name)}'[/]: {len(points)} points "
                        f"({blocked} not runnable); workspace {workspace.root}")
 
     def point_start(self, i: int, n: int, point: Point) -> None:
-        self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}")
+        self.out.print(f"[bold]\\[{i}/{n}][/] {escape(point.describe())}{self.elapsed()}")
+
+    def elapsed(self) -> str:
+        """'  (2m10s of ~11m estimated)': the run's progress against its estimate."""
+        if self.started is None:
+            return ""
+        spent = time.monotonic() - self.started
+        if not self.estimated_s:
+            return f"  [dim]({clock(spent)})[/]"
+        if spent > self.estimated_s:
+            return f"  [dim]({clock(spent)}, over the ~{clock(self.estimated_s)} estimate)[/]"
+        return f"  [dim]({clock(spent)} of ~{clock(self.estimated_s)} estimated)[/]"
 
     def point_skipped(self, i: int, n: int, point: Point, previous: ResultRow) -> None:
         error = escape(f"({previous.error_stage}: {previous.error})")
@@ -306,7 +376,7 @@ def results_table(rows: list[ResultRow], title: str = "results",
     columns = columns or SUMMARY_COLUMNS
     table = Table(title=title, title_justify="left")
     headers = {"latency_ci_ms": "95% CI ms", "latency_iqr_ms": "IQR ms",
-               "latency_median_ms": "median ms"}
+               "latency_median_ms": "median ms", "next_run_ms": "next run ms"}
     for col in columns:
         table.add_column(headers.get(col, col), overflow="fold")
     for row in rows:
@@ -314,6 +384,9 @@ def results_table(rows: list[ResultRow], title: str = "results",
         for col in columns:
             if col == "latency_ci_ms":
                 cells.append(_ci_cell(row))
+                continue
+            if col == "next_run_ms":
+                cells.append(next_run_text(row))
                 continue
             value = getattr(row, col)
             if col == "status":
@@ -333,18 +406,18 @@ def results_table(rows: list[ResultRow], title: str = "results",
 #: What `dlas results` shows by default: the columns a reader compares rows by, one line
 #: a row at 120 columns (`--wide`: `SUMMARY_COLUMNS`; `--columns`: any of `column_names`).
 BRIEF_COLUMNS = ["status", "model", "compression", "algorithm", "tuning",
-                 "latency_median_ms", "latency_ci_ms", "accuracy", "note"]
+                 "latency_median_ms", "next_run_ms", "accuracy", "note"]
 #: Columns computed from a row rather than stored as a field.
-DERIVED_COLUMNS = ("latency_ci_ms", "latency_iqr_ms", "note")
+DERIVED_COLUMNS = ("latency_ci_ms", "next_run_ms", "latency_iqr_ms", "note")
 #: Columns holding option labels, shortened in the brief view (`dlas.runner.labels`).
 LABEL_COLUMNS = ("dataset", "model", "compression", "algorithm", "tuning", "target")
 #: Which brief columns give way first when the terminal is narrow (lowest first); the
 #: rest are never left out.
-_PRIORITY = {"note": 10, "latency_ci_ms": 20, "accuracy": 30}
+_PRIORITY = {"note": 10, "latency_ci_ms": 20, "next_run_ms": 20, "accuracy": 30}
 #: 'verification_failed' is the widest cell of its column: six characters more for the note.
 _BRIEF_STATUS = {"verification_failed": "verify_failed"}
 _BRIEF_HEADERS = {"latency_median_ms": "median", "latency_ci_ms": "95% CI",
-                  "latency_iqr_ms": "IQR"}
+                  "next_run_ms": "next run", "latency_iqr_ms": "IQR"}
 
 
 def column_names() -> list[str]:
@@ -361,7 +434,9 @@ def row_note(row: ResultRow) -> str:
         first = row.error.strip().splitlines()[0]
         stage = row.error_stage if row.status != "not_runnable" else None
         return f"{stage}: {first}" if stage else first
-    return "noisy" if row.noisy else ""
+    marks = (["noisy"] if row.noisy else []) + (
+        ["far"] if row.placement == FAR else [])
+    return ", ".join(marks)
 
 
 def _is_number(col: str) -> bool:
@@ -383,8 +458,9 @@ def _brief_cell(row: ResultRow, col: str, labels: dict[str, dict[str, str]]) -> 
                     style=_STATUS_STYLE.get(row.status, ""))
     if col == "note":
         return Text(row_note(row), style="yellow" if row.status == "ok" else "")
-    if col == "latency_ci_ms":
-        lo, hi = row.latency_ci_low_ms, row.latency_ci_high_ms
+    if col in ("latency_ci_ms", "next_run_ms"):
+        lo, hi = ((row.latency_ci_low_ms, row.latency_ci_high_ms) if col == "latency_ci_ms"
+                  else (row.next_run_low_ms, row.next_run_high_ms))
         text = "-" if lo is None or hi is None else f"[{ms_text(lo)}, {ms_text(hi)}]"
         return Text(text, style="yellow" if row.noisy else "")
     value = row.latency_iqr_ms if col == "latency_iqr_ms" else getattr(row, col)
@@ -426,14 +502,16 @@ def print_results(out: Console, rows: list[ResultRow], title: str,
     cells = [[_brief_cell(row, col, labels) for col in columns] for row in rows]
     footnotes = Footnotes()
     fitted = fitted_table(specs, cells, out.width, footnotes=footnotes)
-    times = [c for c in ("latency_median_ms", "latency_ci_ms") if c in fitted.widths]
+    times = [c for c in ("latency_median_ms", "latency_ci_ms", "next_run_ms")
+             if c in fitted.widths]
     if times:
-        title += "; median and 95% CI in ms" if len(times) == 2 else "; times in ms"
+        title += "; times in ms"
     fitted.table.title = title
     out.print(fitted.table)
+    notes = interval_notes(rows, fitted.widths)
     shown = {full: short for col, table in labels.items() if col in fitted.widths
              for full, short in table.items()}
-    for line in [*legend_lines(shown, out.width), *footnotes.lines(out.width),
+    for line in [*legend_lines(shown, out.width), *notes, *footnotes.lines(out.width),
                  *left_out_line(fitted, "--wide, --columns or a wider terminal shows them")]:
         out.print(line, markup=False, highlight=False)
 

@@ -10,15 +10,22 @@ run of that entry.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from typing import Any
 
+from dlas.measure.placement import LOCAL_PLACEMENTS
 from dlas.measure.record import TimingRun
+from dlas.results import drift_record
+from dlas.results.drift import next_run_range, prior
 from dlas.results.environment import capture_environment
-from dlas.results.latency import latency_columns, legacy_run
+from dlas.results.latency import latency_columns, legacy_run, run_figures
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.stages.facts import CompileFacts, CompressFacts, ImportFacts, MeasureFacts, TrainFacts
 from dlas.sweep.grid import Point
+
+log = logging.getLogger(__name__)
 
 _LAYER_COLUMNS = {"dataset": "datasets", "model": "models", "compression": "compression",
                   "algorithm": "algorithms", "tuning": "tuning", "target": "targets"}
@@ -37,7 +44,7 @@ def point_facts(point: Point) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a target that cannot resolve: its row says why
         device = None
     return {
-        "backend": point.tuning.name if point.is_baseline else "tvm",
+        "backend": runtime_of(point),
         "device_kind": None if device is None else ("cpu" if device == "cpu" else "gpu"),
         "weight_format": "csr" if (CSR_TAG in point.algorithms.tags
                                    and not point.is_baseline) else "dense",
@@ -153,8 +160,27 @@ def finish_row(row: ResultRow, point: Point, trained: TrainFacts,
         return row.update(status="verification_failed", error_stage=stage,
                           error=measured.error)
     runs = history or [timing_run_of(measured)]
-    return row.update(status="ok", timing_key=timing_key,
-                      **latency_columns(runs, point.budgets.ci_threshold))
+    row.update(status="ok", timing_key=timing_key,
+               **latency_columns(runs, point.budgets.ci_threshold))
+    return row.update(**next_run_columns(row))
+
+
+def runtime_of(point: Point) -> str:
+    """'tvm', or the baseline's runtime ('onnxruntime', 'pytorch')."""
+    return point.tuning.name if point.is_baseline else "tvm"
+
+
+def next_run_columns(row: ResultRow) -> dict[str, Any]:
+    """Where the next independent run lands (`dlas.results.drift`): this machine's
+    drift for timings taken here, the prior for a board's (its own drift is not kept)."""
+    runtime = row.backend or "tvm"
+    assert row.latency_median_ms is not None
+    drift = (drift_record.machine_drift(runtime) if row.placement in LOCAL_PLACEMENTS
+             else prior(runtime))
+    low, high = next_run_range(row.latency_median_ms, row.latency_ci_low_ms,
+                               row.latency_ci_high_ms, drift)
+    return {"next_run_low_ms": low, "next_run_high_ms": high,
+            "next_run_drift": drift.half_width, "next_run_basis": drift.basis}
 
 
 def record_timing(store: ResultStore, point: Point, timing_key: str,
@@ -162,5 +188,21 @@ def record_timing(store: ResultStore, point: Point, timing_key: str,
     """Add the entry's timing run to the point's history; return the whole history of
     this entry (what the row's figures are computed over)."""
     if measured.passed and (measured.timing is not None or measured.samples_ms):
-        store.add_timing_run(point.key, timing_key, timing_run_of(measured))
+        run = timing_run_of(measured)
+        store.add_timing_run(point.key, timing_key, run)
+        keep_figure(point, timing_key, run)
     return store.timing_runs(point.key, timing_key)
+
+
+def keep_figure(point: Point, timing_key: str, run: TimingRun) -> None:
+    """Add a run taken on this machine to its drift record (`dlas.results.drift_record`);
+    a record that cannot be written costs the next-run ranges their own pairs, not the
+    sweep."""
+    if run.placement not in LOCAL_PLACEMENTS or not any(r.samples_ms for r in run.rounds):
+        return
+    try:
+        fig = run_figures(run)
+        drift_record.add_figure(timing_key, run.run_id, runtime_of(point), run.placement,
+                                run.started_at, fig.median)
+    except (OSError, sqlite3.Error) as exc:
+        log.warning("drift record %s not written (%s)", drift_record.record_path(), exc)

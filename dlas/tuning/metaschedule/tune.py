@@ -404,13 +404,16 @@ class MetaScheduleHook:
         progress = [TaskProgress() for _ in jobs]
         names = ", ".join(job.task.name for job in jobs)
         self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials: {names}")
+        started = time.monotonic()
 
         def report(task_id: int, p: TaskProgress) -> None:
             job = jobs[task_id]
             best = f"{p.best_us:.1f} us" if p.best_us is not None else "none yet"
             spent = sum(q.trials for q in progress)
-            self.say(f"tuning {spent}/{budget} trials; task {job.index}/{n_tasks} "
-                     f"{job.task.name} ({job.kind}): {p.trials} trials, best {best}"
+            rate = spent / max(time.monotonic() - started, 1e-9)
+            self.say(f"tuning {spent}/{budget} trials ({rate:.2f} trials/s); task "
+                     f"{job.index}/{n_tasks} {job.task.name} ({job.kind}): {p.trials} "
+                     f"trials, best so far {best}"
                      + (f", {p.errors} failed" if p.errors else ""))
 
         alloc = RealArguments(by_signature={

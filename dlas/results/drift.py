@@ -1,0 +1,97 @@
+"""Where the next independent run of a point will land: the across-runs interval.
+
+Why a second interval: a row's confidence interval (`latency_ci_*`) resamples the rounds
+and runs it has, so it says how well they pin their own median down (often within 1%),
+not where another `dlas run` minutes or days later will put it. On the 2-vCPU cloud VMs
+dlas runs on, the machine's state moves over minutes by amounts no probe inside a run
+predicts (docs/timing.md), and by different amounts per runtime: independent invocations
+of the quickstart, each in its own workspace, disagreed by several percent and up to 30%
+within one vCPU placement. An interval a reader compares last week's row against has to
+cover that drift, or it promises what the machine does not keep.
+
+So each row also carries a range for the next run (`next_run_low_ms`, `next_run_high_ms`):
+its median widened, in log space, by `Drift.half_width`, the 95th percentile of |log
+ratio| between a run and the next independent run of the same compiled artifact in the
+same placement, for the row's runtime, on this machine (`dlas.results.drift_record`
+keeps those pairs across workspaces), and never narrower than the row's own interval.
+Until the machine has `MIN_PAIRS` such pairs for a runtime, the range rests on `PRIOR`,
+measured on the VMs dlas has run on, and the row says so (`next_run_basis`).
+
+Comparisons (`dlas.report.comparisons`) widen the same way when two points were not timed
+in the same rounds (different timing workers, different invocations): a drift that hit
+one and not the other is then part of their ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Coverage the range aims at: the next run's median falls inside for this share of rows.
+COVERAGE = 0.95
+#: Pairs of a runtime on this machine before its own percentile replaces the prior.
+MIN_PAIRS = 30
+#: |log ratio| half-widths before this machine has its own pairs, per runtime: about the
+#: largest differences between single runs of one point in the same placement seen
+#: across invocations on the VMs dlas ran on (Zen 1, 4 and 5; docs/timing.md), so that
+#: a first run errs wide rather than narrow.
+PRIOR: dict[str, float] = {"tvm": 0.10, "onnxruntime": 0.15, "pytorch": 0.20}
+#: A runtime not in `PRIOR` (a plugin's) gets the widest.
+PRIOR_OTHER = max(PRIOR.values())
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How far a run of `runtime` and the next independent one may differ (95%)."""
+
+    runtime: str
+    #: |log ratio| (0.05 is about 5%).
+    half_width: float
+    #: Pairs of runs on this machine it was measured from; 0 for the prior.
+    pairs: int
+
+    @property
+    def basis(self) -> str:
+        """'this machine, 84 pairs' or 'prior (this machine has 12 pairs)': what a row's
+        range rests on, as `next_run_basis` says it."""
+        if self.pairs >= MIN_PAIRS:
+            return f"this machine, {self.pairs} pairs"
+        return f"prior ({self.pairs} of {MIN_PAIRS} pairs measured here)"
+
+
+def prior(runtime: str) -> Drift:
+    return Drift(runtime, PRIOR.get(runtime, PRIOR_OTHER), 0)
+
+
+def estimate(runtime: str, log_ratios: Sequence[float]) -> Drift:
+    """The drift of `runtime` from |log ratio|s of run pairs on this machine: their
+    `COVERAGE` percentile once there are `MIN_PAIRS`, else the prior (with the count)."""
+    if len(log_ratios) < MIN_PAIRS:
+        return Drift(runtime, prior(runtime).half_width, len(log_ratios))
+    return Drift(runtime, float(np.quantile(np.abs(log_ratios), COVERAGE)), len(log_ratios))
+
+
+def next_run_range(median: float, ci_low: float | None, ci_high: float | None,
+                   drift: Drift) -> tuple[float, float]:
+    """(low, high) ms: `median` widened by the drift, never inside the row's own CI."""
+    low, high = median * math.exp(-drift.half_width), median * math.exp(drift.half_width)
+    return (min(low, ci_low) if ci_low is not None else low,
+            max(high, ci_high) if ci_high is not None else high)
+
+
+def pair_half_width(a: Drift, b: Drift) -> float:
+    """|log ratio| half-width that drift adds to the ratio of two points timed apart: each
+    point's run-level spread is its pair spread over sqrt(2), and the two add in
+    quadrature (the same runtime twice gives that runtime's pair half-width)."""
+    return math.sqrt((a.half_width ** 2 + b.half_width ** 2) / 2.0)
+
+
+def widen(ratio: float, low: float, high: float, half_width: float) -> tuple[float, float]:
+    """A ratio's interval with `half_width` of drift added in quadrature on each side."""
+    down = math.log(ratio / low) if 0 < low <= ratio else 0.0
+    up = math.log(high / ratio) if high >= ratio > 0 else 0.0
+    return (ratio * math.exp(-math.hypot(down, half_width)),
+            ratio * math.exp(math.hypot(up, half_width)))

@@ -1,0 +1,136 @@
+"""The next run's range: this machine's drift, kept across workspaces, widens a row's
+interval and comparisons between points timed apart (dlas.results.drift, drift_record)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from dlas.measure.record import TimingRound, TimingRun
+from dlas.results import drift_record
+from dlas.results.drift import (
+    MIN_PAIRS,
+    PRIOR,
+    PRIOR_OTHER,
+    Drift,
+    estimate,
+    next_run_range,
+    pair_half_width,
+    widen,
+)
+from dlas.results.reproducibility import TimedPoint, range_coverage
+from dlas.results.row import ResultRow
+from dlas.runner.rows import next_run_columns
+
+
+def test_prior_until_the_machine_has_enough_pairs_then_its_percentile() -> None:
+    few = estimate("tvm", [0.01] * (MIN_PAIRS - 1))
+    assert few.half_width == PRIOR["tvm"] and few.pairs == MIN_PAIRS - 1
+    assert few.basis == f"prior ({MIN_PAIRS - 1} of {MIN_PAIRS} pairs measured here)"
+    assert estimate("a_plugin_runtime", []).half_width == PRIOR_OTHER
+    measured = [0.01] * 95 + [0.2] * 5  # the 95th percentile sits at the tail's edge
+    own = estimate("onnxruntime", measured)
+    assert own.pairs == 100 and own.basis == "this machine, 100 pairs"
+    assert 0.01 <= own.half_width <= 0.2
+    assert estimate("tvm", [0.03] * MIN_PAIRS).half_width == pytest.approx(0.03)
+
+
+def test_next_run_range_is_the_median_widened_and_never_inside_the_ci() -> None:
+    drift = Drift("tvm", math.log(1.1), MIN_PAIRS)
+    low, high = next_run_range(10.0, 9.9, 10.1, drift)
+    assert (low, high) == pytest.approx((10 / 1.1, 11.0))
+    # a CI wider than the drift stays the range
+    assert next_run_range(10.0, 8.0, 13.0, drift) == (8.0, 13.0)
+    assert next_run_range(10.0, None, None, Drift("tvm", 0.0, 0)) == (10.0, 10.0)
+
+
+def test_comparisons_of_points_timed_apart_add_both_drifts_in_quadrature() -> None:
+    tvm, torch = Drift("tvm", 0.06, 40), Drift("pytorch", 0.08, 40)
+    assert pair_half_width(tvm, tvm) == pytest.approx(0.06)
+    assert pair_half_width(tvm, torch) == pytest.approx(math.sqrt((0.06**2 + 0.08**2) / 2))
+    assert widen(2.0, 1.9, 2.1, 0.0) == pytest.approx((1.9, 2.1))
+    low, high = widen(2.0, 2.0 * math.exp(-0.03), 2.0 * math.exp(0.04), 0.04)
+    assert (low, high) == pytest.approx((2.0 * math.exp(-0.05),
+                                         2.0 * math.exp(math.hypot(0.04, 0.04))))
+
+
+def _add(path: Path, key: str, run: str, invocation: str, at: float, ms: float,
+         placement: str = "near", runtime: str = "tvm", machine: str = "cpu x2") -> None:
+    drift_record.add_figure(key, run, runtime, placement, at, ms, machine=machine,
+                            invocation=invocation, path=path)
+
+
+def test_pairs_are_consecutive_runs_of_one_artifact_from_other_invocations(
+        tmp_path: Path) -> None:
+    path = tmp_path / "drift.sqlite"
+    assert drift_record.next_run_log_ratios("tvm", "cpu x2", path) == []
+    _add(path, "k1", "r1", "inv-a", 1.0, 10.0)
+    _add(path, "k1", "r2", "inv-a", 2.0, 12.0)  # the same invocation's next pass: no pair
+    _add(path, "k1", "r3", "inv-b", 3.0, 11.0)  # the next invocation: a pair with r2
+    _add(path, "k1", "r4", "inv-c", 4.0, 30.0, placement="far")  # another placement
+    _add(path, "k2", "r5", "inv-c", 5.0, 5.0)   # another artifact
+    _add(path, "k1", "r6", "inv-d", 6.0, 11.0, machine="other x2")  # another machine
+    _add(path, "k1", "r7", "inv-e", 7.0, 1.0, runtime="pytorch")
+    _add(path, "k1", "r3", "inv-b", 3.0, 11.0)  # the same run again: replaced, not added
+    ratios = drift_record.next_run_log_ratios("tvm", "cpu x2", path)
+    assert ratios == pytest.approx([abs(math.log(11 / 12))])
+    _add(path, "k1", "bad", "inv-f", 8.0, float("nan"))  # nothing to learn from
+    assert len(drift_record.next_run_log_ratios("tvm", "cpu x2", path)) == 1
+    # inv-b's second pass pairs with inv-a's latest too, not with inv-b's first
+    _add(path, "k1", "r8", "inv-b", 9.0, 13.2)
+    ratios = drift_record.next_run_log_ratios("tvm", "cpu x2", path)
+    assert ratios == pytest.approx([abs(math.log(11 / 12)), abs(math.log(13.2 / 12))])
+    # the running invocation's own figures are not read: its rows share one estimate
+    assert drift_record.next_run_log_ratios("tvm", "cpu x2", path, leave_out="inv-b") == []
+
+
+def test_a_row_says_which_drift_its_range_rests_on(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "drift.sqlite"
+    monkeypatch.setenv("DLAS_DRIFT_RECORD", str(path))
+    row = ResultRow(point_key="p", backend="onnxruntime", latency_median_ms=2.0,
+                    latency_ci_low_ms=1.98, latency_ci_high_ms=2.02, placement="near")
+    cols = next_run_columns(row)
+    assert cols["next_run_basis"].startswith("prior (0 of")
+    assert cols["next_run_drift"] == PRIOR["onnxruntime"]
+    assert cols["next_run_high_ms"] == pytest.approx(2.0 * math.exp(PRIOR["onnxruntime"]))
+    machine = drift_record.this_machine()
+    for i in range(MIN_PAIRS + 1):  # one artifact, each run another invocation, 2% apart
+        _add(path, "k", f"r{i}", f"inv{i}", float(i), 2.0 * (1.02 if i % 2 else 1.0),
+             runtime="onnxruntime", machine=machine)
+    cols = next_run_columns(row)
+    assert cols["next_run_basis"] == f"this machine, {MIN_PAIRS} pairs"
+    assert cols["next_run_drift"] == pytest.approx(math.log(1.02))
+    # a board's timing (placement unknown) is not this machine's: the prior
+    board = row.model_copy(update={"placement": "unknown"})
+    assert next_run_columns(board)["next_run_drift"] == PRIOR["onnxruntime"]
+
+
+def test_an_unwritable_record_costs_the_pairs_not_the_sweep(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLAS_DRIFT_RECORD", str(tmp_path))  # a directory: sqlite cannot open
+    assert drift_record.machine_drift("tvm").half_width == PRIOR["tvm"]
+    from dlas.runner import rows
+
+    run = TimingRun(run_id="r", started_at=1.0, placement="near",
+                    rounds=[TimingRound(index=0, placement="near", samples_ms=[1.0, 1.1])])
+
+    class _Point:
+        is_baseline = False
+
+    rows.keep_figure(_Point(), "k", run)  # type: ignore[arg-type]  # warns, does not raise
+
+
+def test_coverage_counts_later_runs_inside_the_earlier_runs_range() -> None:
+    def run(i: int, ms: float, placement: str = "near") -> TimingRun:
+        return TimingRun(run_id=f"r{i}", started_at=float(i), placement=placement,
+                         rounds=[TimingRound(index=j, placement=placement, samples_ms=[ms] * 5)
+                                 for j in range(4)])
+
+    point = TimedPoint("p", "tvm", [run(0, 10.0), run(1, 10.5), run(2, 13.0),
+                                    run(3, 30.0, "far")], drift=math.log(1.1))
+    (cov,) = range_coverage([point, TimedPoint("old", "tvm", [run(0, 1.0)], None)])
+    assert (cov.runtime, cov.pairs, cov.inside) == ("tvm", 2, 1)
+    assert cov.share == 0.5 and cov.drift == pytest.approx(math.log(1.1))
