@@ -21,6 +21,12 @@ process was), each labelled with the placement probed before and after it. Its r
 run agreement is printed beside ours, and "after training" vs "fresh" within one
 placement answers whether the process's history biases a timing.
 
+Beside these within-workspace figures, `--independent N` (default 2) runs N independent
+invocations, each in its own copy of the workspace without results or timing history,
+and prints how far they agree and how often each kind of interval covered the next one
+(`benchmarks/independent.py`, which also runs alone): what a user comparing with last
+week's run meets.
+
 Every figure is computed by dlas's own path (`dlas.results.latency.latency_columns` over
 the runs in question), so a number here and a sweep's row mean the same thing.
 
@@ -350,6 +356,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--hog-runs", type=int, default=2)
     parser.add_argument("--peer-runs", type=int, default=3)
+    parser.add_argument("--independent", type=int, default=2,
+                        help="independent invocations after the rest (0: none)")
     parser.add_argument("--skip-sweep", action="store_true",
                         help="the workspace already holds the sweep")
     parser.add_argument("--since", type=float, default=None,
@@ -493,6 +501,25 @@ def main() -> None:
         cells = [f"{per_run[r]['median']:.3f}{per_run[r]['placement'][0]}"
                  for r in alone_runs if r in per_run]
         print(f"  {label[:70]:<70} {' '.join(cells)}")
+    if args.independent > 0:
+        independent_invocations(args)
+
+
+def independent_invocations(args: argparse.Namespace) -> None:
+    """`benchmarks/independent.py` on copies of this workspace (see the module doc)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import independent
+
+    out = args.workspace.parent / f"{args.workspace.name}-independent"
+    out.mkdir(parents=True, exist_ok=True)
+    walls, done = [], []
+    for i in range(args.independent):
+        ws = out / f"invocation{i + 1}"
+        independent.fresh_copy(args.workspace, ws)
+        walls.append(independent.invoke(args.config, ws, None))
+        done.append(independent.load(ws))
+    print("\nindependent invocations (own workspaces, no shared timing history):")
+    independent.report(done, walls)
 
 
 if __name__ == "__main__":

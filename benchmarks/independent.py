@@ -1,0 +1,274 @@
+"""Numbers that hold across runs, measured as a user meets them: independent invocations.
+
+Each invocation is `dlas run CONFIG --passes P` in its own copy of a finished workspace,
+with the results database and the timing entries removed (`cache/measure`,
+`cache/baseline`): it shares the trained, compressed and compiled artifacts, so only
+timing runs, and nothing of the others' timing history. They run one after another,
+minutes apart, with the default budgets unless `--passes` says otherwise. Printed per
+runtime (TVM, ONNX Runtime, PyTorch), comparing each invocation with the next within one
+vCPU placement (|log ratio| median / worst) and the coverage of each kind of interval
+(the share of rows whose next invocation's median fell inside this invocation's):
+
+- "1 pass": each point's first timing run alone, as a row reads after the default
+  budgets (`timing_passes: 1`), with its within-run 95% CI and its next-run range;
+- "P passes": the rows as written (every pass pooled);
+- pass to pass within one invocation (minutes apart, fresh workers, same process),
+  against invocation to invocation: which of the two the drift comes with;
+- the shift common to a runtime's rows between two invocations, and what is left after
+  removing it: what a per-runtime control workload could correct at best;
+- the cost: wall time per invocation (only timing runs: everything else is cached).
+
+Every figure is the row's own rule (`dlas.results.latency`, `dlas.results.reproducibility`).
+
+    python benchmarks/independent.py --from WORKSPACE [--config C] [--invocations 4]
+                                     [--passes 3] [--out DIR]
+    python benchmarks/independent.py --analyse DIR [DIR ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: What an independent invocation must not inherit: the results and the timing entries.
+NOT_COPIED = ("results.db", "results.db-wal", "results.db-shm", "report")
+TIMING_ENTRIES = ("measure", "baseline")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One point's figure in one invocation: median, its within-run CI and its range."""
+
+    runtime: str
+    placement: str
+    median: float
+    ci: tuple[float, float]
+    next_run: tuple[float, float]
+
+
+@dataclass
+class Invocation:
+    path: Path
+    started: float
+    rows: dict[str, Figure]        # the row: every pass pooled
+    #: the row's figures in every placement it was timed in (`latency_by_placement`)
+    placed: dict[str, dict[str, Figure]]
+    first: dict[str, Figure]       # the first timing run alone (the default budgets)
+    passes: dict[str, list[tuple[str, float]]]  # per point: (placement, median) per run
+
+
+def fresh_copy(source: Path, dest: Path) -> None:
+    """`source` without its results and timing entries (see the module doc)."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*NOT_COPIED))
+    for name in TIMING_ENTRIES:
+        shutil.rmtree(dest / "cache" / name, ignore_errors=True)
+
+
+def invoke(config: str, workspace: Path, passes: int | None) -> float:
+    """Run the sweep in `workspace`; its wall time (s)."""
+    cmd = [sys.executable, "-m", "dlas.cli", "run", config, "--workspace", str(workspace),
+           "--no-progress", *(["--passes", str(passes)] if passes else [])]
+    t0 = time.time()
+    with (workspace.parent / f"{workspace.name}.log").open("w") as log:
+        done = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}); see {log.name}")
+    return time.time() - t0
+
+
+def load(workspace: Path) -> Invocation:
+    from dlas.results.drift import Drift, next_run_range
+    from dlas.results.reproducibility import run_figures
+    from dlas.results.store import ResultStore
+
+    rows, first, passes, placed = {}, {}, {}, {}
+    started = math.inf
+    with ResultStore(workspace / "results.db") as store:
+        for row in store.rows(status="ok"):
+            runs = store.timing_runs(row.point_key, row.timing_key)
+            figs = run_figures(runs)
+            if not figs or row.latency_median_ms is None:
+                continue
+            runtime = row.backend or "tvm"
+            drift = Drift(runtime, row.next_run_drift or 0.0, 0)
+            rows[row.point_key] = Figure(
+                runtime, str(row.placement), row.latency_median_ms,
+                (row.latency_ci_low_ms or math.nan, row.latency_ci_high_ms or math.nan),
+                (row.next_run_low_ms or math.nan, row.next_run_high_ms or math.nan))
+            placed[row.point_key] = {
+                state: Figure(runtime, state, fig["median_ms"],
+                              (fig["ci_low_ms"], fig["ci_high_ms"]),
+                              next_run_range(fig["median_ms"], fig["ci_low_ms"],
+                                             fig["ci_high_ms"], drift))
+                for state, fig in (row.latency_by_placement or {}).items()}
+            one = min(runs, key=lambda r: r.started_at)
+            from dlas.results.latency import latency_columns
+
+            cols = latency_columns([one], ci_threshold=math.inf)
+            ci = (cols["latency_ci_low_ms"], cols["latency_ci_high_ms"])
+            first[row.point_key] = Figure(runtime, str(cols["placement"]),
+                                          cols["latency_median_ms"], ci,
+                                          next_run_range(cols["latency_median_ms"], *ci, drift))
+            passes[row.point_key] = [(f.placement, f.median_ms) for f in figs]
+            started = min(started, one.started_at)
+    return Invocation(workspace, started, rows, placed, first, passes)
+
+
+def common_placement(inv: Invocation, other: Invocation) -> dict[str, Figure]:
+    """`inv`'s figure of each point in the placement it shares with `other`'s (near
+    first), as the report's comparisons pick one: rows compared where they can be."""
+    out = {}
+    for key, mine in inv.placed.items():
+        theirs = other.placed.get(key, {})
+        shared = [s for s in ("single", "near", "far") if s in mine and s in theirs]
+        if shared:
+            out[key] = mine[shared[0]]
+    return out
+
+
+def pct(x: float) -> str:
+    return f"{100 * math.expm1(x):.1f}%" if math.isfinite(x) else "-"
+
+
+def summary(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{pct(float(np.median(values)))} / {pct(max(values))} (n={len(values)})"
+
+
+def figures_of(inv: Invocation, other: Invocation, which: str) -> dict[str, Figure]:
+    """The figures of `inv` to compare with `other`'s: 'first', 'rows' or 'placed'."""
+    return common_placement(inv, other) if which == "placed" else getattr(inv, which)
+
+
+def agreement(invocations: list[Invocation], which: str
+              ) -> dict[str, dict[str, list[float]]]:
+    """Per runtime: |log ratio| to the next invocation, and whether it fell inside this
+    invocation's CI and next-run range (1/0), over points in the same placement."""
+    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for a, b in zip(invocations, invocations[1:], strict=False):
+        fa, fb = figures_of(a, b, which), figures_of(b, a, which)
+        for key in fa.keys() & fb.keys():
+            x, y = fa[key], fb[key]
+            if x.placement != y.placement:
+                out[x.runtime]["placement changed"].append(1.0)
+                continue
+            out[x.runtime]["log ratio"].append(abs(math.log(y.median / x.median)))
+            out[x.runtime]["in CI"].append(float(x.ci[0] <= y.median <= x.ci[1]))
+            out[x.runtime]["in range"].append(float(x.next_run[0] <= y.median <= x.next_run[1]))
+    return out
+
+
+def within(invocations: list[Invocation]) -> dict[str, list[float]]:
+    """Per runtime: |log ratio| between consecutive passes of one invocation."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for inv in invocations:
+        for key, figs in inv.passes.items():
+            runtime = inv.rows[key].runtime
+            out[runtime] += [abs(math.log(b / a)) for (pa, a), (pb, b)
+                             in zip(figs, figs[1:], strict=False) if pa == pb]
+    return out
+
+
+def common_shift(invocations: list[Invocation], which: str
+                 ) -> dict[str, tuple[list[float], list[float]]]:
+    """Per runtime: (the median signed log ratio of its rows between two invocations,
+    what is left of each row's |log ratio| after removing it)."""
+    out: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for a, b in zip(invocations, invocations[1:], strict=False):
+        fa, fb = figures_of(a, b, which), figures_of(b, a, which)
+        per: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for key in fa.keys() & fb.keys():
+            if fa[key].placement == fb[key].placement:
+                per[(fa[key].runtime, fa[key].placement)].append(
+                    math.log(fb[key].median / fa[key].median))
+        for (runtime, _), values in per.items():
+            shift = float(np.median(values))
+            out[runtime][0].append(abs(shift))
+            out[runtime][1].extend(abs(v - shift) for v in values)
+    return out
+
+
+def report(invocations: list[Invocation], walls: list[float] | None = None) -> None:
+    from dlas.results.drift_record import this_machine
+
+    invocations = sorted(invocations, key=lambda i: i.started)
+    print(f"\nmachine: {this_machine()}; {len(invocations)} independent invocations: "
+          + ", ".join(i.path.name for i in invocations))
+    npasses = max((len(v) for i in invocations for v in i.passes.values()), default=1)
+    runtimes = sorted({f.runtime for i in invocations for f in i.rows.values()},
+                      key=lambda r: (r != "tvm", r))
+    for which, title in (("first", "1 pass (each point's first run alone)"),
+                         ("rows", f"{npasses} passes pooled (the rows as written)"),
+                         ("placed", f"{npasses} passes pooled, in the placement both "
+                                    "rows have (as comparisons pick it)")):
+        print(f"\n{title}: invocation to the next, same placement")
+        print(f"  {'runtime':<12} {'|log ratio| median / worst':<30} {'in CI':>7} "
+              f"{'in next-run range':>18} {'placement changed':>18}")
+        agreed = agreement(invocations, which)
+        for runtime in runtimes:
+            got = agreed.get(runtime, {})
+            lr, ci, rng = got.get("log ratio", []), got.get("in CI", []), got.get("in range", [])
+            moved = len(got.get("placement changed", []))
+            print(f"  {runtime:<12} {summary(lr):<30} "
+                  f"{100 * np.mean(ci) if ci else math.nan:>6.0f}% "
+                  f"{100 * np.mean(rng) if rng else math.nan:>17.0f}% "
+                  f"{moved:>10} of {moved + len(lr)}")
+        shifts = common_shift(invocations, which)
+        for runtime in runtimes:
+            shift, rest = shifts.get(runtime, ([], []))
+            print(f"    {runtime}: shift common to its rows {summary(shift)}; "
+                  f"left after removing it {summary(rest)}")
+    print("\npass to pass within one invocation (single runs, same placement)")
+    for runtime, values in sorted(within(invocations).items(), key=lambda kv: kv[0] != "tvm"):
+        print(f"  {runtime:<12} {summary(values)}")
+    if walls:
+        print(f"\nwall time per invocation (timing only; all else cached): "
+              f"{', '.join(f'{w:.0f} s' for w in walls)}; median {np.median(walls):.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from", dest="source", type=Path,
+                        help="a finished workspace of CONFIG (its artifacts are copied)")
+    parser.add_argument("--config", default=str(ROOT / "configs" / "quickstart.yaml"))
+    parser.add_argument("--invocations", type=int, default=4)
+    parser.add_argument("--passes", type=int, default=None,
+                        help="timing passes per invocation (default: the config's)")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/dlas-bench-independent"))
+    parser.add_argument("--analyse", nargs="+", type=Path, default=None,
+                        help="only analyse these workspaces (earlier invocations)")
+    args = parser.parse_args()
+    if args.analyse:
+        report([load(p) for p in args.analyse])
+        return
+    if args.source is None:
+        parser.error("--from WORKSPACE (a finished sweep of --config) or --analyse DIRS")
+    args.out.mkdir(parents=True, exist_ok=True)
+    walls, done = [], []
+    for i in range(args.invocations):
+        ws = args.out / f"invocation{i + 1}"
+        fresh_copy(args.source, ws)
+        walls.append(invoke(args.config, ws, args.passes))
+        done.append(load(ws))
+        print(f"invocation {i + 1}: {walls[-1]:.0f} s", flush=True)
+    report(done, walls)
+
+
+if __name__ == "__main__":
+    main()
