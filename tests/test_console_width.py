@@ -43,7 +43,7 @@ def _row(n: int, algorithm: str = "direct", tuning: str = "none", *, model: str 
                                     "latency_ci_high_ms": ms * 1.01,
                                     "next_run_low_ms": ms * 0.9, "next_run_high_ms": ms * 1.1,
                                     "next_run_drift": 0.0953,
-                                    "next_run_basis": "prior (0 of 30 pairs measured here)"}
+                                    "next_run_basis": "prior, 0 of 30 pairs measured here"}
     fields: dict = {"point_key": f"p{n}", "dataset": "digits", "model": model,
                     "compression": compression, "algorithm": algorithm, "tuning": tuning,
                     "target": "host", "backend": backend, "accuracy": 0.98,
@@ -122,7 +122,7 @@ def test_results_at_120_show_the_columns_that_matter_and_notes_in_full() -> None
     # which kind of interval that is, and what it rests on, per runtime
     said = " ".join(line.strip() for line in lines)
     assert "next run: where an independent run of the point lands (95%)" in said
-    assert "tvm ±10.0% (prior (0 of 30 pairs measured here))" in said  # the row says so
+    assert "tvm ±10.0% (prior, 0 of 30 pairs measured here)" in said  # the row says so
     # the long reasons are cut in their cell, numbered and given in full below
     assert body[8].split()[-1] == "[1]" and body[9].split()[-1] == "[2]"
     full = " ".join(line.strip() for line in lines[lines.index("notes in full:"):])
@@ -359,3 +359,14 @@ def test_each_point_line_says_how_far_the_run_is_against_its_estimate() -> None:
     assert "(2m10s of ~11m00s estimated)" in console.elapsed()
     console.estimated_s = 100
     assert "(2m10s, over the ~1m40s estimate)" in console.elapsed()
+
+
+def test_interval_notes_are_wrapped_to_the_terminal_not_left_to_it() -> None:
+    """`dlas results` prints through a console that does not wrap what it is given."""
+    from dlas.runner.console import interval_notes
+
+    rows = [*study_rows(), _row(13, "gemm", ms=3.0, placement="far")]
+    for width in (80, 120):
+        lines = interval_notes(rows, {"next_run_ms", "latency_ci_ms"}, width)
+        assert len(lines) > 3 and all(len(line) <= width for line in lines)
+        assert lines[0].startswith("95% CI:") and any(x.startswith("far:") for x in lines)

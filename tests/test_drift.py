@@ -28,7 +28,7 @@ from dlas.runner.rows import next_run_columns
 def test_prior_until_the_machine_has_enough_pairs_then_its_percentile() -> None:
     few = estimate("tvm", [0.01] * (MIN_PAIRS - 1))
     assert few.half_width == PRIOR["tvm"] and few.pairs == MIN_PAIRS - 1
-    assert few.basis == f"prior ({MIN_PAIRS - 1} of {MIN_PAIRS} pairs measured here)"
+    assert few.basis == f"prior, {MIN_PAIRS - 1} of {MIN_PAIRS} pairs measured here"
     assert estimate("a_plugin_runtime", []).half_width == PRIOR_OTHER
     measured = [0.01] * 95 + [0.2] * 5  # the 95th percentile sits at the tail's edge
     own = estimate("onnxruntime", measured)
@@ -93,7 +93,7 @@ def test_a_row_says_which_drift_its_range_rests_on(tmp_path: Path,
     row = ResultRow(point_key="p", backend="onnxruntime", latency_median_ms=2.0,
                     latency_ci_low_ms=1.98, latency_ci_high_ms=2.02, placement="near")
     cols = next_run_columns(row)
-    assert cols["next_run_basis"].startswith("prior (0 of")
+    assert cols["next_run_basis"].startswith("prior, 0 of")
     assert cols["next_run_drift"] == PRIOR["onnxruntime"]
     assert cols["next_run_high_ms"] == pytest.approx(2.0 * math.exp(PRIOR["onnxruntime"]))
     machine = drift_record.this_machine()

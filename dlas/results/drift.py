@@ -55,11 +55,11 @@ class Drift:
 
     @property
     def basis(self) -> str:
-        """'this machine, 84 pairs' or 'prior (this machine has 12 pairs)': what a row's
-        range rests on, as `next_run_basis` says it."""
+        """'this machine, 84 pairs' or 'prior, 12 of 30 pairs measured here': what a
+        row's range rests on, as `next_run_basis` says it."""
         if self.pairs >= MIN_PAIRS:
             return f"this machine, {self.pairs} pairs"
-        return f"prior ({self.pairs} of {MIN_PAIRS} pairs measured here)"
+        return f"prior, {self.pairs} of {MIN_PAIRS} pairs measured here"
 
 
 def prior(runtime: str) -> Drift:

@@ -76,7 +76,7 @@ class ResultRow(BaseModel):
     next_run_high_ms: float | None = None
     #: The drift it was widened by, |log ratio| (0.05 is about 5%).
     next_run_drift: float | None = None
-    #: What that drift rests on: 'this machine, 84 pairs' or 'prior (...)'.
+    #: What that drift rests on: 'this machine, 84 pairs' or 'prior, 12 of 30 pairs ...'.
     next_run_basis: str | None = None
     latency_mean_ms: float | None = None
     latency_std_ms: float | None = None

@@ -20,7 +20,7 @@ from rich.text import Text
 from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.placement import FAR
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
-from dlas.runner.labels import legend_lines, short_labels
+from dlas.runner.labels import legend_lines, short_labels, wrap
 from dlas.runner.summary import ms_text
 
 if TYPE_CHECKING:
@@ -107,8 +107,9 @@ def drift_line(rows: list[ResultRow]) -> str | None:
     return ", ".join(seen.values()) or None
 
 
-def interval_notes(rows: list[ResultRow], shown: Any) -> list[str]:
-    """What the shown intervals are: the CI within the run, the next run's range."""
+def interval_notes(rows: list[ResultRow], shown: Any, width: int = 100) -> list[str]:
+    """What the shown intervals are (the CI within the run, the next run's range) and
+    what a far row is, in lines of at most `width`."""
     out = []
     if "latency_ci_ms" in shown:
         out.append("95% CI: the median's interval within this point's own runs (what "
@@ -122,7 +123,7 @@ def interval_notes(rows: list[ResultRow], shown: Any) -> list[str]:
         out.append("far: timed while the two vCPUs sat on distant cores, which slows "
                    "multi-threaded runs (1.1-1.6x on the VMs measured); compare it with far rows "
                    "only (docs/timing.md)")
-    return out
+    return [line for note in out for line in wrap(note, max(width, 40), rest="  ")]
 
 
 def _ci_cell(row: ResultRow) -> str:
@@ -508,7 +509,7 @@ def print_results(out: Console, rows: list[ResultRow], title: str,
         title += "; times in ms"
     fitted.table.title = title
     out.print(fitted.table)
-    notes = interval_notes(rows, fitted.widths)
+    notes = interval_notes(rows, fitted.widths, out.width)
     shown = {full: short for col, table in labels.items() if col in fitted.widths
              for full, short in table.items()}
     for line in [*legend_lines(shown, out.width), *notes, *footnotes.lines(out.width),
