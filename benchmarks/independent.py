@@ -92,17 +92,19 @@ def invoke(config: str, workspace: Path, passes: int | None) -> float:
 
 def load(workspace: Path) -> Invocation:
     from dlas.results.drift import Drift, next_run_range
-    from dlas.results.reproducibility import run_figures
+    from dlas.results.latency import latency_columns
     from dlas.results.store import ResultStore
 
     rows, first, passes, placed = {}, {}, {}, {}
     started = math.inf
     with ResultStore(workspace / "results.db") as store:
         for row in store.rows(status="ok"):
-            runs = store.timing_runs(row.point_key, row.timing_key)
-            figs = run_figures(runs)
-            if not figs or row.latency_median_ms is None:
+            runs = sorted((r for r in store.timing_runs(row.point_key, row.timing_key)
+                           if any(x.samples_ms for x in r.rounds)), key=lambda r: r.started_at)
+            if not runs or row.latency_median_ms is None:
                 continue
+            # each run's own figure, by the row's rule (as the report's reproducibility)
+            figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
             rows[row.point_key] = Figure(
@@ -115,16 +117,14 @@ def load(workspace: Path) -> Invocation:
                               next_run_range(fig["median_ms"], fig["ci_low_ms"],
                                              fig["ci_high_ms"], drift))
                 for state, fig in (row.latency_by_placement or {}).items()}
-            one = min(runs, key=lambda r: r.started_at)
-            from dlas.results.latency import latency_columns
-
-            cols = latency_columns([one], ci_threshold=math.inf)
-            ci = (cols["latency_ci_low_ms"], cols["latency_ci_high_ms"])
-            first[row.point_key] = Figure(runtime, str(cols["placement"]),
-                                          cols["latency_median_ms"], ci,
-                                          next_run_range(cols["latency_median_ms"], *ci, drift))
-            passes[row.point_key] = [(f.placement, f.median_ms) for f in figs]
-            started = min(started, one.started_at)
+            one = figs[0]
+            ci = (one["latency_ci_low_ms"], one["latency_ci_high_ms"])
+            first[row.point_key] = Figure(runtime, str(one["placement"]),
+                                          one["latency_median_ms"], ci,
+                                          next_run_range(one["latency_median_ms"], *ci, drift))
+            passes[row.point_key] = [(str(f["placement"]), f["latency_median_ms"])
+                                     for f in figs]
+            started = min(started, runs[0].started_at)
     return Invocation(workspace, started, rows, placed, first, passes)
 
 

@@ -47,7 +47,7 @@ def test_next_run_range_is_the_median_widened_and_never_inside_the_ci() -> None:
 
 
 def test_comparisons_of_points_timed_apart_add_both_drifts_in_quadrature() -> None:
-    tvm, torch = Drift("tvm", 0.06, 40), Drift("pytorch", 0.08, 40)
+    tvm, torch = 0.06, 0.08
     assert pair_half_width(tvm, tvm) == pytest.approx(0.06)
     assert pair_half_width(tvm, torch) == pytest.approx(math.sqrt((0.06**2 + 0.08**2) / 2))
     assert widen(2.0, 1.9, 2.1, 0.0) == pytest.approx((1.9, 2.1))

@@ -97,7 +97,7 @@ def test_points_timed_apart_compare_with_both_runtimes_drift() -> None:
     assert still.verdict == "b_faster" or still.verdict == "a_faster"
     # a row older than the record: its runtime's prior
     old = point_from_row(timed(100.0, 0.5))
-    assert drift_of(old).half_width == PRIOR["tvm"]
+    assert drift_of(old) == PRIOR["tvm"]
 
 
 # -- combine ---------------------------------------------------------------------------------

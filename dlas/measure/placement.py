@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dlas.user_cache import user_cache_dir
+
 #: Round trips at or below this are "near" (CPUs sharing a core complex: 60-110 ns seen).
 NEAR_MAX_NS = 200.0
 #: Above this the probe itself was disturbed (a preempted vCPU), not a placement: "erratic".
@@ -97,8 +99,7 @@ class PlacementReading:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dlas" / "native"
+    return user_cache_dir() / "native"
 
 
 def _compiler() -> str | None:

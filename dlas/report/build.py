@@ -412,8 +412,8 @@ def _reproducibility_section(doc: Document, points: list[ReportPoint]) -> None:
 
     doc.add(Heading("Reproducibility: how far timing runs agree on this machine"))
     unique = {p.key: p for p in points if p.is_timed and p.runs}
-    timed = [TimedPoint(p.describe(), p.tuning if p.baseline else TVM, p.runs,
-                        p.next_run_drift) for p in unique.values()]
+    timed = [TimedPoint(p.describe(), p.runtime, p.runs, p.next_run_drift)
+             for p in unique.values()]
     agreement = run_agreement(timed)
     intro = ("A row's 95% interval says how well its timing runs pin its median down, not "
              "where a new run would land: on shared cloud VMs the machine's state moves "

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import ReportPoint
-from dlas.results.drift import MIN_PAIRS, Drift, pair_half_width, prior, widen
+from dlas.results.drift import pair_half_width, prior, widen
 from dlas.results.latency import groups, usable_runs
 from dlas.results.statistics import Comparison, GroupKey, compare
 
@@ -81,13 +81,10 @@ def compare_points(a: ReportPoint, b: ReportPoint) -> Comparison:
     return _cache[key]
 
 
-def drift_of(p: ReportPoint) -> Drift:
-    """The point's runtime's drift as its row recorded it (the prior for rows older than
-    the record)."""
-    runtime = p.tuning if p.baseline else "tvm"
-    if p.next_run_drift is None:
-        return prior(runtime)
-    return Drift(runtime, p.next_run_drift, MIN_PAIRS)
+def drift_of(p: ReportPoint) -> float:
+    """The point's runtime's drift (|log ratio|) as its row recorded it (the prior for
+    rows older than the record)."""
+    return prior(p.runtime).half_width if p.next_run_drift is None else p.next_run_drift
 
 
 def across_runs(c: Comparison, a: ReportPoint, b: ReportPoint) -> Comparison:

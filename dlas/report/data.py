@@ -240,6 +240,11 @@ class ReportPoint:
     layout_choice: str = NCHW
 
     @property
+    def runtime(self) -> str:
+        """What ran it: 'tvm', or the baseline's runtime ('onnxruntime', 'pytorch')."""
+        return self.tuning if self.baseline else "tvm"
+
+    @property
     def family(self) -> str:
         return algorithm_family(self.algorithm)
 

@@ -82,11 +82,12 @@ def next_run_range(median: float, ci_low: float | None, ci_high: float | None,
             max(high, ci_high) if ci_high is not None else high)
 
 
-def pair_half_width(a: Drift, b: Drift) -> float:
-    """|log ratio| half-width that drift adds to the ratio of two points timed apart: each
-    point's run-level spread is its pair spread over sqrt(2), and the two add in
-    quadrature (the same runtime twice gives that runtime's pair half-width)."""
-    return math.sqrt((a.half_width ** 2 + b.half_width ** 2) / 2.0)
+def pair_half_width(a: float, b: float) -> float:
+    """|log ratio| half-width that drift adds to the ratio of two points timed apart,
+    from their runtimes' half-widths `a` and `b`: each point's run-level spread is its
+    pair spread over sqrt(2), and the two add in quadrature (the same runtime twice gives
+    that runtime's pair half-width)."""
+    return math.sqrt((a ** 2 + b ** 2) / 2.0)
 
 
 def widen(ratio: float, low: float, high: float, half_width: float) -> tuple[float, float]:

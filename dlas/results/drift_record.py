@@ -16,6 +16,7 @@ independent in what they measure.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dlas.results.drift import Drift, estimate, prior
+from dlas.user_cache import user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +49,10 @@ def record_path() -> Path:
     explicit = os.environ.get("DLAS_DRIFT_RECORD")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dlas" / "drift.sqlite"
+    return user_cache_dir() / "drift.sqlite"
 
 
+@functools.cache
 def this_machine() -> str:
     """'AMD EPYC x2': the CPU model and the cores timings run on."""
     from dlas.targets.host import available_cores, cpuinfo_fields

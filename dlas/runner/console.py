@@ -80,20 +80,18 @@ def retake_note(row: ResultRow) -> str:
     return f", {retries} round{'s' if retries != 1 else ''} re-taken for quiet samples"
 
 
+def _interval(lo: float | None, hi: float | None, digits: int) -> str:
+    return "-" if lo is None or hi is None else f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+
+
 def ci_text(row: ResultRow, digits: int = 4) -> str:
     """'[1.38, 1.41]': the 95% interval of the median, '-' without one."""
-    lo, hi = row.latency_ci_low_ms, row.latency_ci_high_ms
-    if lo is None or hi is None:
-        return "-"
-    return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+    return _interval(row.latency_ci_low_ms, row.latency_ci_high_ms, digits)
 
 
 def next_run_text(row: ResultRow, digits: int = 4) -> str:
     """'[1.31, 1.49]': where the next independent run lands (95%), '-' without it."""
-    lo, hi = row.next_run_low_ms, row.next_run_high_ms
-    if lo is None or hi is None:
-        return "-"
-    return f"[{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+    return _interval(row.next_run_low_ms, row.next_run_high_ms, digits)
 
 
 def drift_line(rows: list[ResultRow]) -> str | None:
