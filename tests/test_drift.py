@@ -134,3 +134,23 @@ def test_coverage_counts_later_runs_inside_the_earlier_runs_range() -> None:
     (cov,) = range_coverage([point, TimedPoint("old", "tvm", [run(0, 1.0)], None)])
     assert (cov.runtime, cov.pairs, cov.inside) == ("tvm", 2, 1)
     assert cov.share == 0.5 and cov.drift == pytest.approx(math.log(1.1))
+
+
+def test_a_damaged_record_costs_the_pairs_not_the_sweep(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record cut short or overwritten (a crash, a full disk) is not a database any more:
+    the ranges fall back to the prior and timings are still taken."""
+    path = tmp_path / "drift.sqlite"
+    path.write_bytes(b"not a database " * 100)
+    monkeypatch.setenv("DLAS_DRIFT_RECORD", str(path))
+    drift = drift_record.machine_drift("pytorch")
+    assert drift.half_width == PRIOR["pytorch"] and drift.pairs == 0
+    from dlas.runner import rows
+
+    run = TimingRun(run_id="r", started_at=1.0, placement="near",
+                    rounds=[TimingRound(index=0, placement="near", samples_ms=[1.0, 1.1])])
+
+    class _Point:
+        is_baseline = False
+
+    rows.keep_figure(_Point(), "k", run)  # type: ignore[arg-type]  # warns, does not raise
