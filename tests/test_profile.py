@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dlas.compiler.build import ConvLowering
-from dlas.measure.rounds import RoundsPolicy
+from dlas.measure.stopping import RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest
 from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.profiles import load_profile, save_profile

@@ -26,13 +26,8 @@ from dlas.measure.placement import (
     PlacementReading,
 )
 from dlas.measure.record import TimingRun
-from dlas.measure.rounds import (
-    RoundSampler,
-    RoundsPolicy,
-    RoundsResult,
-    choose_placement,
-    round_placement,
-)
+from dlas.measure.rounds import RoundSampler, RoundsResult, round_placement
+from dlas.measure.stopping import RoundsPolicy, choose_placement
 from tests.test_load import busy_loops, children_reader, stop
 
 #: Round trips the scripted placement reader returns for each state, ns.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from dlas.measure.rounds import RoundsPolicy
+from dlas.measure.stopping import RoundsPolicy
 from dlas.runner.timing_groups import TimingRequest, worker_env
 
 

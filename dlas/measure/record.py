@@ -64,7 +64,7 @@ class TimingRun(BaseModel):
     #: (what the pinning actually did, for the record).
     thread_cpus: list[list[int]] = Field(default_factory=list)
     #: The placement this run's own figure is taken from (the preferred one that has
-    #: enough rounds; `dlas.measure.rounds.choose_placement`).
+    #: enough rounds; `dlas.measure.stopping.choose_placement`).
     placement: str
     #: Labels of the variants interleaved in the same rounds.
     interleaved_with: list[str] = Field(default_factory=list)

@@ -15,13 +15,11 @@ probes at its ends missed spells that slowed the chunks between them 1.5-2x. Chu
 kept short for the same reason (`CHUNK_MAX_S`). Rounds are the unit the confidence
 interval resamples (`dlas.results.statistics`).
 
-When to stop: once every variant has `min_rounds` usable chunks (and `samples`
-samples) in the preferred placement ("near" first: the state a multi-threaded timing is
-fastest and most repeatable in), or when the placement budget is spent, in which case the
-placement with most usable chunks is used and recorded. A round taken while other
-processes used the CPUs (the load probe, `dlas.measure.load`) is discarded and taken
-again after waiting for a quiet machine, within the noise budget; what is still loaded
-when it is spent is kept, marked, and flags the row noisy.
+When to stop, and which placement a figure uses: `dlas.measure.stopping`, pure rules
+the sampler asks after every kept round. A round taken while other processes used the
+CPUs (the load probe, `dlas.measure.load`) is discarded and taken again after waiting for
+a quiet machine, within the noise budget; what is still loaded when it is spent is kept,
+marked, and flags the row noisy.
 
 Before each chunk the sampler pauses briefly (`settle_s`): a runtime's pool threads spin
 for a while after each call (TVM's, ONNX Runtime's, OpenMP's), and the next chunk,
@@ -32,7 +30,6 @@ its own weights.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 from collections import Counter
@@ -47,7 +44,6 @@ from dlas.measure.load import CpuLoadProbe, busiest_processes
 from dlas.measure.placement import (
     MIXED,
     NEAR,
-    PREFERENCE,
     SINGLE,
     UNKNOWN,
     UNUSABLE,
@@ -55,6 +51,13 @@ from dlas.measure.placement import (
     PlacementReading,
 )
 from dlas.measure.record import TimingRound, TimingRun
+from dlas.measure.stopping import (
+    Counts,
+    RoundsPolicy,
+    Waiting,
+    choose_placement,
+    next_step,
+)
 
 #: A chunk lasts at most about this long (fewer samples per chunk for slow variants):
 #: the shorter a chunk, the less often a placement change falls inside it.
@@ -71,39 +74,6 @@ class Subject(Protocol):
 
     def time(self, n: int, warmup: int) -> Sequence[float]:
         """`n` samples in seconds per inference, after `warmup` discarded calls."""
-
-
-@dataclass(frozen=True)
-class RoundsPolicy:
-    """How many rounds to take and how long to try (from the sweep's budgets)."""
-
-    #: Samples each variant needs in its headline placement (the paper's 150).
-    samples: int = 150
-    #: Usable rounds each variant needs in that placement: the CI resamples rounds, so
-    #: fewer than about ten make it unreliable.
-    min_rounds: int = 10
-    #: Rounds never exceed this many (a machine that never settles).
-    max_rounds: int = 60
-    #: Seconds a run may keep taking rounds to reach the preferred placement.
-    placement_budget_s: float = 30.0
-    #: Re-takes of rounds taken under load, and seconds for waiting and re-taking.
-    noise_retries: int = 5
-    noise_budget_s: float = 20.0
-    #: Pause before each chunk, for the previous runtime's spinning threads to sleep.
-    settle_s: float = 0.005
-    #: Discarded calls at the start of each chunk (the first chunk: at least the sweep's).
-    warmup: int = 1
-
-    @property
-    def per_round(self) -> int:
-        return max(1, math.ceil(self.samples / self.min_rounds))
-
-    def as_dict(self) -> dict[str, float | int]:
-        return {"samples": self.samples, "min_rounds": self.min_rounds,
-                "max_rounds": self.max_rounds, "per_round": self.per_round,
-                "placement_budget_s": self.placement_budget_s,
-                "noise_retries": self.noise_retries, "noise_budget_s": self.noise_budget_s,
-                "settle_s": self.settle_s, "warmup": self.warmup}
 
 
 @dataclass
@@ -143,20 +113,6 @@ def round_placement(before: PlacementReading, after: PlacementReading) -> str:
     if before.state == after.state:
         return before.state
     return MIXED
-
-
-def choose_placement(counts: Counter[str], min_rounds: int) -> str | None:
-    """The placement a figure is taken from: the first of `PREFERENCE` with at least
-    `min_rounds` usable rounds; failing that, the one with most rounds (ties go to the
-    preferred); None without any."""
-    usable = {state: n for state, n in counts.items() if n > 0 and state in PREFERENCE}
-    if not usable:
-        return None
-    enough = next((s for s in PREFERENCE if usable.get(s, 0) >= min_rounds), None)
-    if enough is not None:
-        return enough
-    best = max(usable.values())
-    return next(state for state in PREFERENCE if usable.get(state) == best)
 
 
 @dataclass
@@ -348,13 +304,9 @@ class RoundSampler:
         labels = [s.label for s in self.subjects]
         kept: list[_Round] = []
         counts, samples, placed = self._tally(kept, labels)
-        enough_since: float | None = None
-        rounds_since: float | None = None  # when min_rounds rounds had been kept
+        waiting = Waiting()
         index = 0
         contended, ignored = 0, False
-
-        def everyone(state: str, tally: dict[str, Counter[str]]) -> bool:
-            return all(tally[label][state] >= policy.min_rounds for label in labels)
 
         while len(kept) < policy.max_rounds:
             t0 = self.clock()
@@ -368,33 +320,16 @@ class RoundSampler:
             rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
                        if v is not None), None)
             self.on_round(len(kept), rnd.summary(), rt)
-            if everyone(target, counts) and all(samples[label][target] >= policy.samples
-                                                for label in labels):
-                break  # enough in the best placement there is
-            if everyone(target, counts):
-                continue  # in the target placement already: keep going for its samples
-            # enough somewhere else (or, once waiting for quiet is over, enough at all):
-            # wait for the target placement for the placement budget
-            now = self.clock()
-            if len(kept) >= policy.min_rounds:
-                if self._noise_budget_spent() and any(r.loaded for r in kept):
-                    break  # a busy machine: what it gives is kept and flagged, not waited on
-                if rounds_since is None:
-                    rounds_since = now
-                elif now - rounds_since >= policy.placement_budget_s:
-                    break  # chunks never settle (mixed, erratic): stop at the same bound
-            enough = next((s for s in PREFERENCE if everyone(s, counts)), None)
-            if enough is None and self._noise_budget_spent():
-                enough = next((s for s in PREFERENCE if everyone(s, placed)), None)
-            if enough is None:
-                continue
-            if enough_since is None:
-                enough_since = now
-                if policy.placement_budget_s > 0:
-                    self.say(f"enough rounds in {enough} placement; taking more for up to "
-                             f"{policy.placement_budget_s:.0f} s in case the vCPUs move to "
-                             f"{target} placement")
-            if now - enough_since >= policy.placement_budget_s:
+            step = next_step(policy, target,
+                             Counts(counts, samples, placed, len(kept),
+                                    any(r.loaded for r in kept)),
+                             waiting, self.clock(), self._noise_budget_spent())
+            waiting = step.waiting
+            if step.began_waiting_in is not None and policy.placement_budget_s > 0:
+                self.say(f"enough rounds in {step.began_waiting_in} placement; taking more "
+                         f"for up to {policy.placement_budget_s:.0f} s in case the vCPUs "
+                         f"move to {target} placement")
+            if step.stop:
                 break
         total = Counter[str]()
         for label in labels:

@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from dlas.measure.rounds import RoundSampler, RoundsPolicy
+from dlas.measure.rounds import RoundSampler
+from dlas.measure.stopping import RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest, conv_algorithm
 from dlas.results.latency import run_figures, run_groups
 from dlas.results.layer_profile import LayerTime, PointProfile

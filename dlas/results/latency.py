@@ -102,9 +102,9 @@ def placement_counts(runs: Sequence[TimingRun], allow_loaded: bool) -> Counter[s
 
 def headline_placement(counts: Counter[str], min_rounds: int) -> str | None:
     """The placement the row's figures are taken in: the preferred one with at least
-    `min_rounds` rounds, else the one with most (`dlas.measure.rounds.choose_placement`,
+    `min_rounds` rounds, else the one with most (`dlas.measure.stopping.choose_placement`,
     the rule each timing run chose by)."""
-    from dlas.measure.rounds import choose_placement
+    from dlas.measure.stopping import choose_placement
 
     return choose_placement(counts, min_rounds)
 

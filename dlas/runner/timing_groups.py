@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlas.measure.rounds import RoundsPolicy
+from dlas.measure.stopping import RoundsPolicy
 from dlas.stages.keys import StageKeys
 from dlas.sweep.grid import Point, digest
 
