@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections import Counter
 
 from dlas.measure.placement import FAR, NEAR
-from dlas.measure.stopping import Counts, RoundsPolicy, Waiting, next_step
+from dlas.measure.stopping import RoundCounts, RoundsPolicy, Waiting, next_step
 
 POLICY = RoundsPolicy(samples=20, min_rounds=4, placement_budget_s=10.0)
 
 
 def counts(usable: dict[str, int], samples: int = 100, placed: dict[str, int] | None = None,
-           rounds: int | None = None, loaded: bool = False) -> Counts:
+           rounds: int | None = None, loaded: bool = False) -> RoundCounts:
     """Two variants with the same tallies (usable chunks per placement, samples each)."""
     placed = placed if placed is not None else usable
-    return Counts(
+    return RoundCounts(
         usable={label: Counter(usable) for label in "ab"},
         samples={label: Counter({state: samples for state in usable}) for label in "ab"},
         placed={label: Counter(placed) for label in "ab"},

@@ -52,7 +52,7 @@ from dlas.measure.placement import (
 )
 from dlas.measure.record import TimingRound, TimingRun
 from dlas.measure.stopping import (
-    Counts,
+    RoundCounts,
     RoundsPolicy,
     Waiting,
     choose_placement,
@@ -321,7 +321,7 @@ class RoundSampler:
                        if v is not None), None)
             self.on_round(len(kept), rnd.summary(), rt)
             step = next_step(policy, target,
-                             Counts(counts, samples, placed, len(kept),
+                             RoundCounts(counts, samples, placed, len(kept),
                                     any(r.loaded for r in kept)),
                              waiting, self.clock(), self._noise_budget_spent())
             waiting = step.waiting

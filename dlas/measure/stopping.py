@@ -65,7 +65,7 @@ class RoundsPolicy:
 
 
 @dataclass(frozen=True)
-class Counts:
+class RoundCounts:
     """What the sampler has after a kept round, per variant and placement."""
 
     #: Usable chunks: a known placement, not contended, taken on a quiet machine.
@@ -104,7 +104,7 @@ def _everyone(tally: Tally, state: str, min_rounds: int) -> bool:
     return all(counter[state] >= min_rounds for counter in tally.values())
 
 
-def next_step(policy: RoundsPolicy, target: str, counts: Counts, waiting: Waiting,
+def next_step(policy: RoundsPolicy, target: str, counts: RoundCounts, waiting: Waiting,
               now: float, noise_budget_spent: bool) -> Step:
     """Whether the run stops after this round (the module's rule), from values alone."""
     n = policy.min_rounds
