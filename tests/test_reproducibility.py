@@ -12,9 +12,9 @@ import pytest
 
 from dlas.measure.placement import FAR, NEAR
 from dlas.measure.record import TimingRound, TimingRun
-from dlas.report.build import _reproducibility_section
 from dlas.report.data import point_from_row
 from dlas.report.render import Document, to_markdown
+from dlas.report.reproducibility import reproducibility_section
 from dlas.results.reproducibility import TVM, TimedPoint, pct, run_agreement, run_figures
 from dlas.results.row import ResultRow
 
@@ -74,7 +74,7 @@ def _point(algorithm: str, runs: list[TimingRun], *, backend: str = "tvm"):  # n
 
 def test_report_section_says_how_to_measure_it_when_every_point_ran_once() -> None:
     doc = Document("t")
-    _reproducibility_section(doc, [_point("direct", [timing_run("1", 1.0, at=1)])])
+    reproducibility_section(doc, [_point("direct", [timing_run("1", 1.0, at=1)])])
     text = to_markdown(doc, Path("."))
     assert "Reproducibility" in text and "--remeasure" in text
     assert "pairs of runs" not in text
@@ -85,7 +85,7 @@ def test_report_section_tabulates_runs_per_runtime() -> None:
               _point("pytorch", [timing_run("1", 2.0, at=1), timing_run("2", 2.5, at=2)],
                      backend="pytorch")]
     doc = Document("t")
-    _reproducibility_section(doc, points)
+    reproducibility_section(doc, points)
     text = to_markdown(doc, Path("."))
     assert "| TVM | 1 | 1 | 8.0% | 8.0% |" in text
     assert "| PyTorch | 1 | 1 | 25.0% | 25.0% |" in text
