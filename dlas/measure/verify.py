@@ -18,15 +18,23 @@ import numpy as np
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-3, 1e-3),
     "float16": (2e-2, 2e-2),
-    # TVM and ONNX Runtime may round a requantized value differently where it falls on a
-    # rounding boundary (float scale products); the difference then travels through the
-    # layers as a few quantization steps of the output. The bound is 5% of the largest
-    # logit, and never less than INT8_OUTPUT_STEPS steps; a wrong kernel misses by about
-    # the size of the logits.
-    "int8": (0.0, 5e-2),
+    # int8: the QDQ function is defined only up to requantization rounding. Where a value
+    # falls on a rounding boundary, evaluations that sum in another order (ONNX Runtime's
+    # float conv, TVM's float conv, TVM's exact int32 conv) round it to neighbouring
+    # steps, and the flip travels through the layers. Measured on a trained MobileNetV2
+    # (57 int8 convs, digits, 360 inputs; docs/quantization.md): those three correct
+    # evaluations differ by up to 5 output steps (3.9% of the largest logit; 5.5% was seen
+    # once), 0.17-0.24 steps on average. So the largest difference may reach 10% of the
+    # largest logit (never less than INT8_OUTPUT_STEPS steps), and the mean difference
+    # must stay within INT8_MEAN_STEPS steps: a wrong kernel moves the typical logit by
+    # many steps (a conv's zeroed border row: 22.6 on average, 131 at most).
+    "int8": (0.0, 1e-1),
 }
 #: int8: differences of this many output quantization steps are always tolerated.
 INT8_OUTPUT_STEPS = 3
+#: int8: the mean |difference| may be this many output steps (or 1% of the largest logit).
+INT8_MEAN_STEPS = 1.0
+INT8_MEAN_OF_PEAK = 1e-2
 
 REFERENCE_NAMES = {"pytorch": "PyTorch", "onnxruntime": "ONNX Runtime",
                    "qdq": "the QDQ model's literal function"}
@@ -43,15 +51,21 @@ class Verification:
     samples: int
     #: What the output was compared with: "pytorch", "qdq" or "onnxruntime".
     reference: str = "pytorch"
+    #: Mean |difference|, and its bound where the precision has one (int8).
+    mean_abs_diff: float | None = None
+    mean_atol: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def explain(self) -> str:
         name = REFERENCE_NAMES.get(self.reference, self.reference)
+        mean = ""
+        if self.mean_atol is not None and self.mean_abs_diff is not None:
+            mean = (f", mean |diff| {self.mean_abs_diff:.3g} (bound {self.mean_atol:.3g})")
         return (f"compiled output differs from {name}: max |diff| {self.max_abs_diff:.3g} "
-                f"exceeds tolerance (rtol {self.rtol:g}, atol {self.atol:.3g}); top-1 agreement "
-                f"{self.top1_agreement:.1%} over {self.samples} inputs")
+                f"(tolerance: rtol {self.rtol:g}, atol {self.atol:.3g}){mean}; top-1 "
+                f"agreement {self.top1_agreement:.1%} over {self.samples} inputs")
 
 
 def verify_outputs(got: np.ndarray, ref: np.ndarray, dtype: str = "float32",
@@ -63,7 +77,8 @@ def verify_outputs(got: np.ndarray, ref: np.ndarray, dtype: str = "float32",
     it by orders of magnitude. `dtype` picks the tolerance (float32, float16, int8). For
     int8, `output_step` is the output's quantization step (the scale of the model's final
     dequantize): logits are multiples of it, so the bound is counted in steps, without the
-    float bound's floor of 1 (int8 logits may all be far below 1).
+    float bound's floor of 1 (int8 logits may all be far below 1); int8 also bounds the
+    mean difference (see `TOLERANCES`).
     """
     if dtype not in TOLERANCES:
         raise ValueError(f"no verification tolerance for {dtype!r}; known: {sorted(TOLERANCES)}")
@@ -83,6 +98,12 @@ def verify_outputs(got: np.ndarray, ref: np.ndarray, dtype: str = "float32",
     diff = np.abs(got - ref)
     finite = bool(np.isfinite(got).all())
     passed = finite and bool(np.all(diff <= atol + rtol * np.abs(ref)))
+    mean = float(diff.mean()) if finite and diff.size else None
+    mean_atol = None
+    if dtype == "int8":
+        mean_atol = max(INT8_MEAN_OF_PEAK * peak, INT8_MEAN_STEPS * (output_step or 0.0),
+                        1e-12)
+        passed = passed and mean is not None and mean <= mean_atol
     rel = diff / np.maximum(np.abs(ref), 1e-12)
     agreement = float(np.mean(got.argmax(axis=-1) == ref.argmax(axis=-1))) if got.ndim > 1 else 1.0
     return Verification(
@@ -94,4 +115,6 @@ def verify_outputs(got: np.ndarray, ref: np.ndarray, dtype: str = "float32",
         atol=atol,
         samples=int(got.shape[0]),
         reference=reference,
+        mean_abs_diff=mean,
+        mean_atol=mean_atol,
     )
