@@ -55,4 +55,19 @@ def test_console_never_calls_a_fallback_algorithm_tvms_default_lowering() -> Non
     assert f"{len(notes)} conv(s) not computed with spatial_pack ({len(notes)} with direct)" \
         in out
     assert "default lowering" not in out
-    assert all(note in out for note in notes)
+    assert all(line in out for line in fallbacks.by_reason(notes))
+
+
+def test_notes_that_share_a_reason_are_one_line_naming_their_convs() -> None:
+    """A model's depthwise convs under spatial pack: one reason, one console line."""
+    lines = [fallbacks.algorithm_fallback(i, f"(1,{c},8,8) g{c} float32", "spatial_pack",
+                                          "grouped convs have no packed form", "direct")
+             for i, c in [(1, 8), (4, 16), (7, 16)]]
+    lines.append(fallbacks.default_lowering(9, "conv2d", "dynamic shape"))
+    assert fallbacks.by_reason(lines) == [
+        "spatial_pack: grouped convs have no packed form; computed with direct: convs 1, 4, "
+        "7 (3)",
+        "dynamic shape; default TVM lowering: conv 9 (1)"]
+    many = [fallbacks.algorithm_fallback(i, "x", "gemm", "r", "direct") for i in range(8)]
+    assert fallbacks.by_reason(many) == [
+        "gemm: r; computed with direct: convs 0, 1, 2, 3, 4, 5, ... (8)"]

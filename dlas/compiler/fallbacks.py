@@ -60,3 +60,25 @@ def summary(lines: list[str], algorithm: str | None = None) -> str:
     if other - precision:
         parts.append(f"{other - precision} other conv note(s)")
     return "; ".join(parts)
+
+
+def by_reason(lines: list[str], shown: int = 6) -> list[str]:
+    """The notes grouped by what they say, one line per reason with the convs it covers
+    ("spatial_pack: ...; computed with direct: convs 1, 4, 7 (3)"): a model's 17
+    depthwise convs that share one reason are one line on the console, not 17. The
+    stored notes keep every conv's shape."""
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        head, sep, reason = line.partition(": ")
+        index = head.split(" ", 2)[1] if sep and head.startswith("conv ") else None
+        key = reason if index is not None else line
+        groups.setdefault(key, []).append(index or "")
+    out = []
+    for reason, convs in groups.items():
+        named = [c for c in convs if c]
+        if not named:
+            out.append(reason)
+            continue
+        listed = ", ".join(named[:shown]) + (", ..." if len(named) > shown else "")
+        out.append(f"{reason}: conv{'s' if len(named) > 1 else ''} {listed} ({len(named)})")
+    return out

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from dlas.compiler.fallbacks import by_reason as fallback_reasons
 from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.placement import FAR
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
@@ -254,8 +255,8 @@ class RunConsole:
         fallbacks = row.conv_fallbacks or []
         if fallbacks:
             said = escape(fallback_summary(fallbacks, row.algorithm))
-            self.out.print(f"    [yellow]{said}[/] (recorded in conv_fallbacks):")
-            for line in fallbacks:
+            self.out.print(f"    [yellow]{said}[/] (every conv's shape in conv_fallbacks):")
+            for line in fallback_reasons(fallbacks):
                 self.out.print(f"      {line}", markup=False)
 
     def epoch_reporter(self, what: str) -> Callable[[dict[str, Any], int], None] | None:
