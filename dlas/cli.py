@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,6 +239,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_database(workspace.db_path)  # before any work: the rows could not be stored
     runner = _executor(args, workspace)
     runner.console.config_path = args.config  # the summary names the commands in full
+    runner.console.findings = _observations_decided(runner.workspace.db_path, config.name)
     runner.console.estimated_s = _print_run_estimate(config, runner.workspace)
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
@@ -257,6 +259,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.profile_layers and not (bad and args.fail_fast):
         profile_layers(config, runner.workspace)
     return 1 if (bad and args.fail_fast) else 0
+
+
+def _observations_decided(db_path: Path, sweep: str) -> Callable[[int], list[str]]:
+    """The run's ending names the paper's observations its rows decided."""
+    def lines(width: int) -> list[str]:
+        from dlas.report.observations.decided import sweep_decided_lines
+
+        return sweep_decided_lines(db_path, sweep, width)
+    return lines
 
 
 def profile_layers(config: Any, workspace: Any) -> None:

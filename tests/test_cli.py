@@ -32,6 +32,8 @@ def test_plan_run_results(tmp_path: Path, shared_cache: Path,
     assert main(["run", str(config), "--no-progress", *ws]) == 0
     out = capsys.readouterr().out
     assert "2 ok, 0 failed" in out and "stages" in out
+    ending = out.split("results of this sweep")[1]  # the study, then what it decided
+    assert ending.index("observations this sweep decided") < ending.index("see more")
 
     assert main(["plan", str(config), *ws]) == 0
     assert capsys.readouterr().out.count("all stages cached") == 2

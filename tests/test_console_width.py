@@ -327,6 +327,21 @@ def test_run_summary_ends_with_the_study(tmp_path: Path) -> None:
     assert "┃" not in study  # no wide table of every row
 
 
+def test_the_summary_says_so_when_its_findings_cannot_be_computed() -> None:
+    out = Console(width=100, record=True)
+    console = RunConsole(progress=False, console=out)
+    rows = study_rows()
+
+    def broken(width: int) -> list[str]:
+        raise FileNotFoundError("paper values not found")
+
+    console.findings = broken
+    console.results(RunReport(points=len(rows), ok=9, rows=rows))
+    text = out.export_text()
+    assert "observations: not decided here (FileNotFoundError" in text
+    assert text.rstrip().splitlines()[-1].strip().endswith("report")  # the commands last
+
+
 def test_brief_columns_are_what_the_issue_asks() -> None:
     assert BRIEF_COLUMNS == ["status", "model", "compression", "algorithm", "tuning",
                              "latency_median_ms", "next_run_ms", "accuracy", "note"]

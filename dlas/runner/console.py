@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,6 +181,9 @@ class RunConsole:
         #: says how far along the run is against it.
         self.estimated_s: float | None = None
         self.started: float | None = None
+        #: Lines the summary adds after the study table, given its width: the CLI gives
+        #: the observations the sweep decided (the report sits above the runner).
+        self.findings: Callable[[int], list[str]] | None = None
 
     def note(self, text: str) -> None:
         self.out.print(text)
@@ -336,8 +340,17 @@ class RunConsole:
 
         flag, report_dir = _workspace_flag(self.workspace_root)
         width = min(self.out.width, SUMMARY_WIDTH)
-        for line in study_lines(report.rows, more=more_line(flag, report_dir), width=width,
-                                config=self.config_path or "CONFIG"):
+        lines = study_lines(report.rows, width=width, config=self.config_path or "CONFIG")
+        if self.findings is not None:
+            try:
+                lines += self.findings(width)
+            except Exception as exc:  # noqa: BLE001 - the run's rows are stored already
+                lines.append(f"observations: not decided here ({type(exc).__name__}: {exc}); "
+                             "dlas report decides them")
+        lines += textwrap.wrap(more_line(flag, report_dir), width=width,
+                               subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False)
+        for line in lines:
             self.out.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def counts(self, report: RunReport) -> None:
