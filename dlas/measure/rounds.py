@@ -320,10 +320,10 @@ class RoundSampler:
             rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
                        if v is not None), None)
             self.on_round(len(kept), rnd.summary(), rt)
-            step = next_step(policy, target,
-                             RoundCounts(counts, samples, placed, len(kept),
-                                    any(r.loaded for r in kept)),
-                             waiting, self.clock(), self._noise_budget_spent())
+            tally = RoundCounts(counts, samples, placed, len(kept),
+                                any(r.loaded for r in kept))
+            step = next_step(policy, target, tally, waiting, self.clock(),
+                             self._noise_budget_spent())
             waiting = step.waiting
             if step.began_waiting_in is not None and policy.placement_budget_s > 0:
                 self.say(f"enough rounds in {step.began_waiting_in} placement; taking more "
