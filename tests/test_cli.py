@@ -104,7 +104,7 @@ datasets: [digits]
 models:
   - name: resnet18
     params: {width_multiplier: 0.125}
-budgets: {epochs: 10, batch_size: 64, measure_repeat: 3, verify_samples: 2}
+budgets: {epochs: 4, batch_size: 64, measure_repeat: 3, verify_samples: 2}
 """)
     cmd = [*DLAS, "run", str(config), "--no-progress", "--workspace", str(tmp_path / "ws")]
     env = _env(PYTHONPATH=str(REPO))

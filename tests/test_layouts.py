@@ -12,7 +12,6 @@ is not compared (nothing reads it).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +32,7 @@ from dlas.targets.host import host_target
 from dlas.tir.layout import DataLayout
 from dlas.tir.schedule_helpers import Simd, forced_simd, target_simd
 
-from .test_algorithms import ROWS, case_id
+from .test_algorithms import ROWS, STRIDE, case_id
 
 TARGET = make_target(host_target())
 DENSE = ["direct", "gemm", "spatial_pack"]
@@ -349,14 +348,14 @@ TABLE = [(case_id(r), conv) for r in ROWS if (conv := _table_conv(r)) is not Non
 
 #: (algorithm, table index): direct on every conv of the table; GEMM and spatial pack,
 #: whose kernels the random convs and the models above also cover, on every third (CI's
-#: time: the three on all 240 took 2.5 min of it).
+#: time: the three on all 240 took 2.5 min of it); DLAS_FULL_TABLE=N keeps every N-th
+#: of those (`test_algorithms.full_table_stride`).
 FULL_CASES = [(name, i) for name in DENSE for i in range(len(TABLE))
-              if name == "direct" or i % 3 == 0]
+              if (name == "direct" or i % 3 == 0) and i % (STRIDE or len(TABLE)) == 0]
 
 
 @pytest.mark.full_table
-@pytest.mark.skipif(not os.environ.get("DLAS_FULL_TABLE"),
-                    reason="the full conv table runs with DLAS_FULL_TABLE=1")
+@pytest.mark.skipif(not STRIDE, reason="the full conv table runs with DLAS_FULL_TABLE=1")
 @pytest.mark.parametrize(("name", "index"), FULL_CASES,
                          ids=[f"{name}-{TABLE[i][0]}" for name, i in FULL_CASES])
 def test_full_table_in_nchwc(name: str, index: int) -> None:
