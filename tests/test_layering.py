@@ -151,6 +151,8 @@ def test_build_and_gpu_schedule_share_the_pipeline_module() -> None:
     ("dlas.tir.conv_spec, dlas.tir.schedule_helpers", ("dlas.algorithms", "dlas.compiler")),
     ("dlas.algorithms.options, dlas.algorithms.direct, dlas.algorithms.gemm, "
      "dlas.algorithms.spatial_pack, dlas.algorithms.schedule_util", ("dlas.compiler",)),
+    # `dlas --help` and `dlas results` start in half a second: no TVM (5 s), no torch
+    ("dlas.cli", ("tvm", "torch", "dlas.measure.vm_timing")),
 ])
 def test_runtime_imports(imported: str, absent: tuple[str, ...]) -> None:
     """What a fresh interpreter actually loads (a package __init__ could pull a layer in)."""

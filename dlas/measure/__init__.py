@@ -1,5 +1,6 @@
-"""Running compiled models and timing them with the DLAS paper's method."""
+"""Running compiled models and timing them with the DLAS paper's method.
 
-from .vm_timing import load_vm, num_threads_in_use, run_batch, set_num_threads, time_vm
-
-__all__ = ["load_vm", "num_threads_in_use", "run_batch", "set_num_threads", "time_vm"]
+The package imports nothing itself: the placement probe and the load probe are used by
+commands that never run TVM (`dlas results`, `dlas --help`), and `vm_timing` pulls in
+TVM (5 s here). Import the module you need (`dlas.measure.vm_timing`, ...).
+"""
