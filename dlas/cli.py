@@ -170,7 +170,8 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
     # terminal only; the line is gone once the estimate prints)
     with console.status(f"estimating sweep '{config.name}' (every point's stages against "
                         "the cache)...", spinner="line"):
-        estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers)
+        estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers,
+                                  mac_scale=_mac_scale())
     predicted = _predicted_latencies(config, ws) if args.predict else None
     if args.json:
         out = as_json(estimate)
@@ -202,6 +203,26 @@ def _predicted_latencies(config, ws):  # noqa: ANN001, ANN202 - lazy-imported ty
         return None
 
 
+def _mac_scale() -> float:
+    """This machine's training speed against the cost model's (DLAS_MAC_SCALE sets it:
+    tests and what-if estimates for another machine)."""
+    import os
+
+    from dlas.estimate.machine_speed import training_mac_scale
+
+    given = os.environ.get("DLAS_MAC_SCALE")
+    if not given:
+        return training_mac_scale()
+    try:
+        scale = float(given)
+    except ValueError:
+        scale = 0.0
+    if not scale > 0:
+        raise UsageError(f"DLAS_MAC_SCALE={given!r}: give a positive number (1 = the cost "
+                         "model's machine; unset = measure this one)")
+    return scale
+
+
 def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - lazy types
     """One line before a run: how long it should take here (`dlas plan --estimate` has
     the breakdown); the estimate (s), which each point's line then measures progress
@@ -210,7 +231,8 @@ def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - la
         from dlas.estimate import estimate_sweep
         from dlas.estimate.render import duration
 
-        est = estimate_sweep(config, workspace.cache_dir, workspace.db_path)
+        est = estimate_sweep(config, workspace.cache_dir, workspace.db_path,
+                             mac_scale=_mac_scale())
     except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
         return None
     if not est.tasks:

@@ -196,3 +196,44 @@ def test_timing_passes_multiply_the_timing_stages_only(tmp_path: Path) -> None:
     assert by_three["measure"] == pytest.approx(3 * by_one["measure"])
     assert by_three["train"] == pytest.approx(by_one["train"])
     assert by_three["compile"] == pytest.approx(by_one["compile"])
+
+
+def test_a_slower_machine_stretches_the_training_macs_only(tmp_path: Path) -> None:
+    """`mac_scale` (`dlas.estimate.machine_speed`): the built-in training and fine-tuning
+    cost's per-MAC term scales with it; compile and measure do not move."""
+    from dlas.estimate import costmodel
+
+    point = expand(_config(epochs=2))[0]
+    train = stage_work(point, "train", "k")
+    slow, nominal = components(train, 2.0)["train"], components(train)["train"]
+    images = train.train_images * train.epochs + train.test_images * costmodel.FORWARD_SHARE
+    assert slow - nominal == pytest.approx(images * costmodel.TRAIN_S_PER_MAC_IMAGE * train.macs)
+    compile_ = stage_work(point, "compile", "k")
+    assert components(compile_, 2.0) == components(compile_)
+
+    def by_stage(scale: float) -> dict[str, float]:
+        est = estimate_sweep(_config(epochs=2), tmp_path / "cache", tmp_path / "results.db",
+                             mac_scale=scale)
+        return {s.stage: s.seconds for s in est.stages}
+
+    one, two = by_stage(1.0), by_stage(2.0)
+    assert two["train"] > one["train"] and two["compile"] == one["compile"]
+    assert two["measure"] == one["measure"]
+
+
+def test_the_machine_probe_gives_a_bounded_scale() -> None:
+    from dlas.estimate.machine_speed import LIMITS, conv_gmacs, training_mac_scale
+
+    assert conv_gmacs(seconds=0.05) > 0
+    assert LIMITS[0] <= training_mac_scale() <= LIMITS[1]
+
+
+def test_a_bad_mac_scale_in_the_environment_exits_2(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    config = tmp_path / "sweep.yaml"
+    config.write_text(tiny_sweep("scale"))
+    monkeypatch.setenv("DLAS_MAC_SCALE", "fast")
+    assert main(["plan", str(config), "--estimate", "--workspace", str(tmp_path / "ws")]) == 2
+    captured = capsys.readouterr()
+    assert "DLAS_MAC_SCALE='fast'" in captured.out + captured.err

@@ -95,25 +95,29 @@ SIGNATURE: dict[str, tuple[str, ...]] = {
 }
 
 
-def _per_image(work: StageWork) -> float:
-    """Seconds of one training step on one image."""
-    return TRAIN_S_PER_CONV_IMAGE * work.convs + TRAIN_S_PER_MAC_IMAGE * work.macs
+def _per_image(work: StageWork, mac_scale: float = 1.0) -> float:
+    """Seconds of one training step on one image; `mac_scale` stretches the per-MAC term
+    for a machine slower at it than the fitted ones (`dlas.estimate.machine_speed`)."""
+    return (TRAIN_S_PER_CONV_IMAGE * work.convs
+            + TRAIN_S_PER_MAC_IMAGE * work.macs * mac_scale)
 
 
 def _latency(work: StageWork) -> float:
     return work.macs / MACS_PER_S * (INT8_SLOWDOWN if work.int8 else 1.0)
 
 
-def components(work: StageWork) -> dict[str, float]:
-    """The built-in estimate of `work`, in seconds per component (they sum to the stage)."""
-    evaluate = work.test_images * _per_image(work) * FORWARD_SHARE
+def components(work: StageWork, mac_scale: float = 1.0) -> dict[str, float]:
+    """The built-in estimate of `work`, in seconds per component (they sum to the stage);
+    `mac_scale`: this machine's training MAC cost over the fitted one."""
+    per_image = _per_image(work, mac_scale)
+    evaluate = work.test_images * per_image * FORWARD_SHARE
     if work.stage == "data":
         return {"data": DATA_S.get(work.options.get("datasets", ""), DATA_DEFAULT_S)}
     if work.stage == "train":
-        fit = work.train_images * work.epochs * _per_image(work)
+        fit = work.train_images * work.epochs * per_image
         return {"train": TRAIN_FIXED_S + fit + evaluate}
     if work.stage == "compress":
-        finetune = work.train_images * work.epochs * _per_image(work)
+        finetune = work.train_images * work.epochs * per_image
         extra = work.levels * (PRUNE_LEVEL_S + evaluate) + (INT8_EXTRA_S if work.int8 else 0)
         return {"compress": COMPRESS_FIXED_S + evaluate + finetune + extra}
     if work.stage == "import":

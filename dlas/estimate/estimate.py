@@ -66,6 +66,8 @@ class Estimate:
     parallel: ScheduleResult
     #: Measured cache entries this workspace offered.
     samples: int
+    #: The built-in training cost's per-MAC stretch for this machine (1.0: as fitted).
+    mac_scale: float = 1.0
 
     @property
     def total_s(self) -> float:
@@ -91,12 +93,15 @@ def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int
 
 
 
-def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, str]:
+def cost_of(work: StageWork, measured: list[Measured],
+            mac_scale: float = 1.0) -> tuple[float, float, str]:
     """(measured-based seconds, built-in seconds, basis) of one entry: per component,
     the median of the most similar measured entries rescaled by the built-in model's
-    ratio, or the built-in model where none is similar."""
+    ratio, or the built-in model where none is similar (its training MACs stretched by
+    `mac_scale`, this machine's speed: `dlas.estimate.machine_speed`)."""
     from_measured = from_model = 0.0
     notes: list[str] = []
+    here = components(work, mac_scale)
     for part, target_s in components(work).items():
         if target_s <= 0:
             continue
@@ -121,14 +126,16 @@ def cost_of(work: StageWork, measured: list[Measured]) -> tuple[float, float, st
                          f"({len(scaled)} entr{'y' if len(scaled) == 1 else 'ies'} with the "
                          f"same {', '.join(layers[:best])})")
         else:
-            from_model += target_s
+            from_model += here[part]
             notes.append(f"{part}: built-in")
     return from_measured, from_model, "; ".join(notes) or "nothing to do"
 
 
 def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
-                   workers: int = 1, record: WorkspaceRecord | None = None) -> Estimate:
-    """The estimate of running `config` against the workspace (its cache and results)."""
+                   workers: int = 1, record: WorkspaceRecord | None = None,
+                   mac_scale: float = 1.0) -> Estimate:
+    """The estimate of running `config` against the workspace (its cache and results);
+    `mac_scale` corrects the built-in training cost for this machine (1.0: as fitted)."""
     from dlas.runner.cache import Cache, CacheIndex
     from dlas.stages import KeyMemo, stage_keys
     from dlas.sweep.grid import expand
@@ -171,7 +178,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                 parent = parent_of(parent)
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
-            m_s, b_s, basis = cost_of(work, by_stage[stage])
+            m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale)
             if stage in TIMED_STAGES and passes > 1:
                 m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
             index[(stage, keys[stage])] = len(tasks)
@@ -192,4 +199,4 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
     return Estimate(sweep=config.name, points=len(points), runnable=runnable,
                     skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),
                     serial=simulate(graph, 1), parallel=simulate(graph, workers),
-                    samples=len(record.measured))
+                    samples=len(record.measured), mac_scale=mac_scale)

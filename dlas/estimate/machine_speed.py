@@ -1,0 +1,54 @@
+"""How fast this machine trains, against the machine the cost model was fitted on.
+
+The built-in training constants (`costmodel.TRAIN_S_PER_MAC_IMAGE`) were fitted on
+faster CPUs than some this project runs on. On a 2-vCPU Zen 1 (AVX2, FMA on a 128-bit
+datapath), 4 epochs of digits took ResNet18-w0.5 93 s and MobileNetV2-w0.5 56 s against
+the model's 53 s and 49 s: the per-MAC term was 2.07x too fast, and with it scaled both
+models came out within 3% (the per-layer term, framework work per conv, fitted as it
+was). So the estimate times one small channels-last conv in PyTorch (a training step's
+kind of work, 0.2 s) and scales the per-MAC term by the reference rate over this one.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+#: The probe's rate on the machines the constants were fitted on: 2.07 x the 37.5
+#: GMAC/s a 2-vCPU Zen 1 measured (2026-11-26).
+REFERENCE_GMACS = 77.7
+#: A probe far off (a busy machine, an odd BLAS) moves the estimate at most this much.
+LIMITS = (0.25, 4.0)
+
+
+def conv_gmacs(seconds: float = 0.2) -> float:
+    """GMAC/s of one 3x3 conv (batch 32, 32 -> 32 channels, 16x16, channels-last) in
+    PyTorch with its default threads, the fastest of the calls made in `seconds`."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 32, 16, 16, generator=generator).to(memory_format=torch.channels_last)
+    w = torch.randn(32, 32, 3, 3, generator=generator).to(memory_format=torch.channels_last)
+    macs = 32 * 32 * 16 * 16 * 32 * 9
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(3):  # warm-up: oneDNN picks and builds its kernel
+            torch.nn.functional.conv2d(x, w, padding=1)
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            start = time.perf_counter()
+            torch.nn.functional.conv2d(x, w, padding=1)
+            best = min(best, time.perf_counter() - start)
+    return macs / best / 1e9
+
+
+@functools.cache
+def training_mac_scale() -> float:
+    """How many times longer a training MAC takes here than the cost model assumes
+    (measured once per process; 1.0 where the probe cannot run)."""
+    try:
+        rate = conv_gmacs()
+    except Exception:  # noqa: BLE001 - no probe, no correction: the fitted constants
+        return 1.0
+    low, high = LIMITS
+    return min(max(REFERENCE_GMACS / rate, low), high)
