@@ -157,12 +157,12 @@ def _not_ok(group: ModelRows) -> str:
 
 
 def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this sweep",
-                more: str | None = None, width: int = SUMMARY_WIDTH,
-                config: str = "CONFIG") -> list[str]:
+                width: int = SUMMARY_WIDTH, config: str = "CONFIG") -> list[str]:
     """The summary of `rows` as plain lines at most `width` wide (a path or a label
     longer than the width excepted): a title with the counts, a line per model and
-    compression, the legend of shortened labels, the noisy and failed rows, and `more`
-    (the commands that show the rest) last; `config` is the sweep file the commands name."""
+    compression, the legend of shortened labels, the noisy and failed rows; `config` is
+    the sweep file the commands name. The console adds what the sweep decided and the
+    commands that show the rest (`more_line`)."""
     counts = Counts.of(rows)
     out = textwrap.wrap(f"{title} ({len(rows)} points: {counts.text()})", width=width,
                         subsequent_indent="  ", break_on_hyphens=False)
@@ -246,9 +246,6 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
         out += textwrap.wrap(f"failed: {bad} point(s); dlas results --status failed (or "
                              "verification_failed) says why", width=width,
                              subsequent_indent="  ", break_on_hyphens=False)
-    if more:
-        out += textwrap.wrap(more, width=width, subsequent_indent="  ",
-                             break_long_words=False, break_on_hyphens=False)
     return out
 
 
