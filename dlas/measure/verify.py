@@ -27,7 +27,7 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     # once), 0.17-0.24 steps on average. So the largest difference may reach 10% of the
     # largest logit (never less than INT8_OUTPUT_STEPS steps), and the mean difference
     # must stay within INT8_MEAN_STEPS steps: a wrong kernel moves the typical logit by
-    # many steps (a conv's zeroed border row: 22.6 on average, 131 at most).
+    # many steps (the first conv's top kernel row zeroed: 22.6 on average, 131 at most).
     "int8": (0.0, 1e-1),
 }
 #: int8: differences of this many output quantization steps are always tolerated.
