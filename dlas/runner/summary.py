@@ -249,11 +249,16 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
     return out
 
 
+def cut(text: str, width: int) -> str:
+    """`text` cut to `width` characters, the last one an ellipsis when it was longer."""
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
 def _line(cells: list[tuple[str, Column, int]]) -> str:
     """One line of the summary's table: each cell cut to its width with an ellipsis."""
     parts = []
     for text, col, w in cells:
-        text = text if len(text) <= w else text[: max(w - 1, 0)] + "…"
+        text = cut(text, w)
         parts.append(text.rjust(w) if col.justify == "right" else text.ljust(w))
     return "  ".join(parts).rstrip()
 

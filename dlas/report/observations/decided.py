@@ -12,12 +12,13 @@ from pathlib import Path
 
 from dlas.report.observations.rules import observations
 from dlas.report.observations.verdict import HELD, NOT_HELD, Observation
+from dlas.runner.summary import cut
 
 
 def _cut(indent: str, text: str, width: int) -> str:
-    """`indent` + `text` on one line of at most `width`, cut with an ellipsis."""
-    text = indent + " ".join(text.split())
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+    """`indent` + `text` (its whitespace runs made single spaces) on one line of at most
+    `width`, cut with an ellipsis."""
+    return cut(indent + " ".join(text.split()), width)
 
 
 def decided_lines(found: list[Observation], width: int = 100) -> list[str]:
