@@ -106,7 +106,13 @@ def test_every_row_has_an_interval_and_a_new_threshold_recomputes_nothing(
         assert all(len(store.timing_runs(r.point_key, r.timing_key)) == 1 for r in stored)
     assert len(stored) == 2  # the same points, their rows rewritten
     for row in stored:
-        assert row.noisy == 1 and "of the median > 0%" in row.noise_reason
+        assert row.noisy == 1
+        # a row a busy machine left with one usable round has a zero-width interval: it is
+        # flagged for resting on too few rounds instead
+        if row.timing_rounds >= 2:
+            assert "of the median > 0%" in row.noise_reason
+        else:
+            assert "fewer than the 2 asked for" in row.noise_reason
     assert "noisy (" in out and "95% CI" in out
 
 
