@@ -259,6 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     workspace = _workspace(args)
     check_database(workspace.db_path)  # before any work: the rows could not be stored
+    _compile_helpers()
     runner = _executor(args, workspace)
     runner.console.config_path = args.config  # the summary names the commands in full
     runner.console.findings = _observations_decided(runner.workspace.db_path, config.name)
@@ -281,6 +282,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.profile_layers and not (bad and args.fail_fast):
         profile_layers(config, runner.workspace)
     return 1 if (bad and args.fail_fast) else 0
+
+
+def _compile_helpers() -> int:
+    """DLAS_COMPILE_AHEAD checked before any work (`dlas.runner.compile_ahead`)."""
+    from dlas.runner.compile_ahead import helper_count
+
+    try:
+        return helper_count()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _observations_decided(db_path: Path, sweep: str) -> Callable[[int], list[str]]:

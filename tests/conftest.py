@@ -13,6 +13,10 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
+#: Compile helpers (`dlas.runner.compile_ahead`) only where a test asks for them
+#: (tests/test_compile_ahead.py): elsewhere every entry is computed by the test's own
+#: process, as the tests of counts, claims and interrupts expect.
+os.environ.setdefault("DLAS_COMPILE_AHEAD", "0")
 #: The suite's timings widen nothing a user later reads: their own drift record
 #: (`dlas.results.drift_record`), shared by the suite's processes, gone with the run.
 os.environ.setdefault("DLAS_DRIFT_RECORD",

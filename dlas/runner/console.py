@@ -223,6 +223,8 @@ class RunConsole:
             self.out.print(f"    {name:<9} [green]computed[/] in {seconds:.1f}s")
         elif state == "loaded":
             self.out.print(f"    {name:<9} loaded in {seconds:.1f}s")
+        elif state == "ahead":
+            self.out.print(f"    {name:<9} [green]computed[/] on a spare core in {seconds:.1f}s")
         elif state == "reused":
             self.out.print(f"    {name:<9} [cyan]reused[/] from cache")
         elif state == "shared":

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.runner.claims import POLL_S, Claims
+from dlas.runner.compile_ahead import CompileAhead, helper_count
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import EntryBusy, StageExecutor, StageFailed
 from dlas.runner.machine import MachineLock
@@ -32,9 +33,14 @@ from dlas.runner.sweep_executor import (
     record_row,
 )
 from dlas.runner.workspace import RunReport, Workspace
-from dlas.stages import STAGES
+from dlas.stages import BY_NAME, STAGES
 from dlas.stages.base import StageEnv
+from dlas.stages.compile import COMPILE, tunes
 from dlas.stages.facts import CompileFacts, Facts, MeasureFacts
+
+#: `Runner._hand_over`'s answers: work on the point, leave it to its helper, start the
+#: pass over.
+GO, SKIP, RESTART = "go", "skip", "restart"
 
 __all__ = ["RunReport", "Runner", "Workspace", "clean_stale", "points_to_run", "record_row"]
 
@@ -68,6 +74,7 @@ class Runner(PlanExecutor):
         super().__init__(workspace, progress=progress, console=console)
         self.claims = Claims(self.cache.root)
         self.machine_lock = machine_lock or MachineLock()
+        self._ahead: CompileAhead | None = None
         self.begin()
 
     def begin(self) -> None:
@@ -105,6 +112,57 @@ class Runner(PlanExecutor):
     # -- the sweep --------------------------------------------------------------------
 
     def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
+        self._ahead = self._compile_ahead(plans)
+        try:
+            self._walk(run, plans)
+        finally:
+            if self._ahead is not None:
+                self._ahead.close()
+                self._ahead = None
+
+    def _compile_ahead(self, plans: list[PointPlan]) -> CompileAhead | None:
+        """Helpers for the run's untuned compiles (`dlas.runner.compile_ahead`): none on
+        one core, with `DLAS_COMPILE_AHEAD=0`, or for fewer than two such compiles."""
+        helpers = helper_count()
+        if helpers == 0:
+            return None
+        due = sum(1 for p in plans if not p.point.is_baseline and not tunes(p.point)
+                  and COMPILE.name in p.keys
+                  and not self.cache.has(COMPILE.name, p.keys[COMPILE.name]))
+        if due < 2:
+            return None
+        ahead = CompileAhead(self.cache, self.workspace.root, self.machine_lock.directory,
+                             min(helpers, due - 1))
+        self.executor.helper_pids = ahead.pids
+        return ahead
+
+    def _hand_over(self, state: _Pending, pending: list[_Pending]) -> str:
+        """With helpers, before this process works on `state`: `SKIP` when a helper
+        compiles `state` (this process leaves it and comes back; its group is not timed
+        meanwhile); `RESTART` when `state` needs heavy work (training, fine-tuning,
+        tuning), which never runs beside a helper, and the helpers were waited for (the
+        pass starts over, so the points they finished are taken up and their group timed
+        before the next model trains); else `GO`, after handing the next due compiles to
+        idle helpers where `state`'s own work is light (an import, an untuned compile)."""
+        ahead = self._ahead
+        if ahead is None or state.prepared:
+            return GO
+        point, keys = state.plan.point, state.plan.keys
+        if COMPILE.name in keys and ahead.holds(keys[COMPILE.name]):
+            return SKIP
+        before_import = BY_NAME[COMPILE.parent or ""].parent
+        light = (not tunes(point) and before_import is not None and before_import in keys
+                 and self.cache.has(before_import, keys[before_import]))
+        if not light:
+            if ahead.busy():
+                ahead.drain()
+                return RESTART
+            return GO
+        ahead.offer([(s.plan.point, s.plan.keys) for s in pending
+                     if s is not state and not s.prepared])
+        return GO
+
+    def _walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
         pending = [_Pending(plan, new_row(plan.point, run.name), dict(self.report.seconds))
                    for plan in plans]
         waiting_said: set[str] = set()
@@ -113,6 +171,12 @@ class Runner(PlanExecutor):
             for state in [s for s in pending if not s.prepared]:
                 if state not in pending:  # finished with an earlier point's group
                     continue
+                step = self._hand_over(state, pending)
+                if step == SKIP:
+                    continue
+                if step == RESTART:
+                    progressed = True
+                    break
                 if state.busy is None:
                     self.console.point_start(state.plan.index, run.points, state.plan.point)
                 try:

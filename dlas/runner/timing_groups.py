@@ -142,7 +142,7 @@ def worker_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
     """The worker gets SIGTERM if the sweep's process dies (even by SIGKILL)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -197,7 +197,7 @@ def run_worker(request: TimingRequest, events: WorkerEvents,
             [python or sys.executable, "-m", "dlas.runner.timing_worker", str(req_path),
              str(out_path)],
             stdout=subprocess.PIPE, text=True, env=worker_env(request.threads),
-            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:

@@ -15,9 +15,11 @@ from dlas.stages.chains import STAGES
 
 @dataclass
 class StageTally:
-    """What the executor did, per stage: entries computed here, entries reused (from the
-    cache, or computed meanwhile by another process), seconds spent computing, and
-    entries found damaged (then computed again, so also counted as computed)."""
+    """What the executor did, per stage: entries computed here (by this process or its
+    compile helpers), entries reused (from the cache, or computed meanwhile by another
+    process), seconds spent computing (summed over processes, so more than the wall time
+    where helpers ran beside it), and entries found damaged (then computed again, so also
+    counted as computed)."""
 
     computed: Counter[str] = field(default_factory=Counter)
     reused: Counter[str] = field(default_factory=Counter)

@@ -63,6 +63,9 @@ class StageKeys:
                 return key
         raise KeyError(f"this point has no '{stage}' stage")
 
+    def __contains__(self, stage: object) -> bool:
+        return any(name == stage for name, _ in self.keys)
+
     def get(self, stage: str) -> str | None:
         return dict(self.keys).get(stage)
 

@@ -1,0 +1,272 @@
+"""Untuned compiles of a sweep's later points on spare cores, while the sweep's own
+process works on the current point (the helper: `python -m dlas.runner.compile_ahead`).
+
+Why: an untuned compile is one thread (TVM's lowering, then LLVM: 3-10 s per point for the
+quickstart's models on a Zen 1), and the local executor computes stages one after another,
+so on a machine with two cores or more the others idled through every compile.
+
+How (`dlas.runner.runner` drives it): when the executor is about to compute an untuned
+compile itself, it hands the next points whose compile is due, and whose imported model is
+already stored, to idle helpers. A helper computes the entry through the same stage
+executor, under the entry's claim and the shared machine lock, so:
+- no entry is computed twice (`dlas.runner.claims`), and a timing never runs beside a
+  helper (the machine lock is exclusive for timings);
+- a compile that tunes is never handed over: it times candidates on this machine;
+- nothing upstream is ever computed by a helper (it is only given points whose import is
+  stored), so training keeps the machine to itself;
+- the executor times a model's group only once the helpers have stored its compiles, so
+  the group's variants stay interleaved in one timing run;
+- a helper that fails or dies changes only the speed: the point is computed here, and a
+  compile that fails fails here again, with its own traceback.
+
+`DLAS_COMPILE_AHEAD=0` turns helpers off; `DLAS_COMPILE_AHEAD=N` allows N. By default a
+run has one per core beyond the first, at most `MAX_HELPERS`, started only when it has at
+least two untuned compiles to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlas.runner.cache import Cache
+from dlas.runner.claims import POLL_S, Claims
+from dlas.stages.compile import COMPILE, tunes
+from dlas.stages.keys import StageKeys
+from dlas.sweep.grid import Point
+
+#: Helpers at most, whatever the core count (each holds TVM and a model in memory).
+MAX_HELPERS = 4
+#: The environment variable that sets the number of helpers (0: none).
+ENV = "DLAS_COMPILE_AHEAD"
+#: Seconds a helper gets to finish its compile when the run ends, before it is stopped.
+STOP_GRACE_S = 5.0
+
+
+def helper_count(cores: int | None = None) -> int:
+    """Helpers a run may start: `DLAS_COMPILE_AHEAD`, else one per core beyond the first
+    (the cores this process may use), at most `MAX_HELPERS`."""
+    raw = os.environ.get(ENV, "").strip()
+    if raw:
+        if not raw.isdigit():
+            raise ValueError(f"{ENV}={raw!r}: give a whole number of compile helpers (0: "
+                             "none; unset: one per core beyond the first)")
+        return int(raw)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+    return max(0, min(cores - 1, MAX_HELPERS))
+
+
+def compile_due(cache: Cache, point: Point, keys: StageKeys) -> bool:
+    """Whether the point's next stored stage is an untuned compile that can start now:
+    not stored yet, its imported model stored (so nothing upstream is computed)."""
+    if point.is_baseline or tunes(point) or COMPILE.name not in keys:
+        return False
+    parent = COMPILE.parent
+    assert parent is not None
+    return cache.has(parent, keys[parent]) and not cache.has(COMPILE.name, keys[COMPILE.name])
+
+
+@dataclass
+class _Helper:
+    proc: subprocess.Popen[str]
+    events: queue.Queue[dict[str, Any]]
+    #: The compile key in flight (None: idle).
+    task: str | None = None
+    said: list[str] = field(default_factory=list)
+
+
+class CompileAhead:
+    """The executor's side: helpers started, compiles handed to them, their state."""
+
+    def __init__(self, cache: Cache, workspace_root: Path, machine_dir: Path,
+                 helpers: int) -> None:
+        self.cache, self.claims = cache, Claims(cache.root)
+        self._dir = Path(tempfile.mkdtemp(prefix="dlas-ahead-"))
+        self._count = 0
+        self._helpers = [self._start(workspace_root, machine_dir) for _ in range(helpers)]
+
+    # -- what the executor asks -------------------------------------------------------
+
+    @property
+    def pids(self) -> set[int]:
+        return {h.proc.pid for h in self._helpers}
+
+    def holds(self, key: str) -> bool:
+        """Whether a helper has been handed this compile and not reported it done."""
+        self.poll()
+        return any(h.task == key for h in self._helpers)
+
+    def busy(self) -> bool:
+        """Whether any helper has a compile in flight."""
+        self.poll()
+        return any(h.task is not None for h in self._helpers)
+
+    def drain(self) -> None:
+        """Wait until no helper has a compile in flight."""
+        while self.busy():
+            time.sleep(POLL_S)
+
+    def offer(self, candidates: Sequence[tuple[Point, StageKeys]]) -> int:
+        """Hand due compiles (`compile_due`, not claimed) to idle helpers, in order; how
+        many were handed over."""
+        self.poll()
+        idle = [h for h in self._helpers if h.task is None and h.proc.poll() is None]
+        given = 0
+        taken = {h.task for h in self._helpers}
+        for point, keys in candidates:
+            if not idle:
+                break
+            if not compile_due(self.cache, point, keys):
+                continue
+            key = keys[COMPILE.name]
+            if key in taken or self.claims.is_held(COMPILE.name, key):
+                continue
+            helper = idle.pop(0)
+            self._send(helper, point, keys)
+            taken.add(key)
+            given += 1
+        return given
+
+    def poll(self) -> None:
+        """Take in what the helpers said: finished compiles free their helper; a helper
+        that died is idle for good (its claim died with it)."""
+        for helper in self._helpers:
+            while True:
+                try:
+                    event = helper.events.get_nowait()
+                except queue.Empty:
+                    break
+                if event.get("event") == "done" and event.get("key") == helper.task:
+                    helper.task = None
+            if helper.proc.poll() is not None:
+                helper.task = None
+
+    def close(self) -> None:
+        """Stop the helpers (a compile in flight gets `STOP_GRACE_S` to finish)."""
+        for helper in self._helpers:
+            try:
+                if helper.proc.stdin is not None:
+                    helper.proc.stdin.close()
+            except OSError:
+                pass
+        for helper in self._helpers:
+            try:
+                helper.proc.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                helper.proc.terminate()
+                try:
+                    helper.proc.wait(STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    helper.proc.kill()
+                    helper.proc.wait()
+        for path in self._dir.glob("*"):
+            path.unlink(missing_ok=True)
+        self._dir.rmdir()
+
+    # -- machinery --------------------------------------------------------------------
+
+    def _start(self, workspace_root: Path, machine_dir: Path) -> _Helper:
+        from dlas.runner.timing_groups import die_with_parent, worker_env
+
+        env = worker_env(1)
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dlas.runner.compile_ahead", str(self.cache.root),
+             str(workspace_root), str(machine_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env,
+            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+        events: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=_read_events, args=(proc, events), daemon=True).start()
+        return _Helper(proc, events)
+
+    def _send(self, helper: _Helper, point: Point, keys: StageKeys) -> None:
+        import cloudpickle
+
+        self._count += 1
+        path = self._dir / f"task-{self._count}.pkl"
+        path.write_bytes(cloudpickle.dumps((point, keys)))
+        key = keys[COMPILE.name]
+        try:
+            assert helper.proc.stdin is not None
+            helper.proc.stdin.write(json.dumps({"task": str(path), "key": key}) + "\n")
+            helper.proc.stdin.flush()
+        except OSError:  # it died: the executor computes the point itself
+            return
+        helper.task = key
+
+
+def _read_events(proc: subprocess.Popen[str], events: queue.Queue[dict[str, Any]]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                events.put(json.loads(line))
+            except ValueError:
+                continue
+
+
+# -- the helper's own process ---------------------------------------------------------
+
+
+def serve(cache_root: Path, workspace_root: Path, machine_dir: Path) -> None:
+    """Compute each task read from stdin (a pickled (point, keys)); say when it is done."""
+    import io
+
+    import cloudpickle
+    from rich.console import Console
+
+    from dlas import registry
+    from dlas.runner.console import RunConsole
+    from dlas.runner.executor import EntryBusy, StageExecutor, StageFailed
+    from dlas.runner.machine import MachineLock
+    from dlas.runner.workspace import StageTally
+    from dlas.stages.base import StageEnv
+
+    registry.load_plugins()
+    import dlas.compiler.build  # noqa: F401 - TVM loaded while idle, not in the first task
+
+    cache = Cache(cache_root)
+    console = RunConsole(progress=False, console=Console(file=io.StringIO()))
+    executor = StageExecutor(cache, StageEnv(workspace_root, console, False), StageTally(),
+                             claims=Claims(cache.root), machine=MachineLock(machine_dir),
+                             wait_for_claims=False)
+    for line in sys.stdin:
+        task = json.loads(line)
+        outcome = "computed"
+        try:
+            point, keys = cloudpickle.loads(Path(task["task"]).read_bytes())
+            if compile_due(cache, point, keys):
+                executor.facts(point, keys, COMPILE)
+            else:
+                outcome = "not due"
+        except EntryBusy:
+            outcome = "busy"
+        except StageFailed:
+            outcome = "failed"  # the executor computes it again and reports it
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the point to the executor
+            outcome = f"error: {type(exc).__name__}"
+        finally:
+            Path(task["task"]).unlink(missing_ok=True)
+        print(json.dumps({"event": "done", "key": task["key"], "outcome": outcome}),
+              flush=True)
+
+
+if __name__ == "__main__":  # pragma: no cover - the helper's process
+    try:
+        serve(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,99 @@
+"""Untuned compiles on a spare core (`dlas.runner.compile_ahead`): real helper processes
+computing real compiles under the run's claims, the run timing every variant together."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dlas.results.store import ResultStore
+from dlas.runner.compile_ahead import helper_count
+from dlas.runner.machine import MachineLock
+from dlas.runner.runner import Runner, Workspace
+from dlas.sweep.config import parse_config
+from tests.conftest import tiny_sweep
+
+
+def sweep_text() -> str:
+    text = tiny_sweep("ahead", algorithms=["direct", "gemm", "spatial_pack"])
+    text = text.replace("  - spatial_pack\n",
+                        "  - spatial_pack\n  - {name: direct, params: {layout: NCHWc}}\n")
+    return text.replace("tuning: [none]", "tuning: [none, onnxruntime]")  # and a baseline
+
+
+def computed_by(cache: Path, stage: str) -> dict[str, int]:
+    """Per entry of `stage`: the pid that computed it."""
+    import json
+
+    pids = {}
+    for meta in (cache / stage).glob("*/meta.json"):
+        data = json.loads(meta.read_text())
+        pids[meta.parent.name] = int(data["computed_by"]["pid"])
+    return pids
+
+
+def test_helpers_compile_ahead_and_the_model_is_timed_in_one_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "1")
+    workspace = Workspace(tmp_path, tmp_path / "cache")
+    runner = Runner(workspace, progress=False, machine_lock=MachineLock(tmp_path / "locks"))
+    report = runner.run(parse_config(sweep_text()))
+    out = capsys.readouterr().out
+    assert report.ok == 5, out
+    # every compile computed once, some of them by the helper, all counted as computed
+    assert report.computed["compile"] == 4 and report.reused["compile"] == 0
+    pids = computed_by(tmp_path / "cache", "compile")
+    assert len(pids) == 4
+    helpers = {pid for pid in pids.values() if pid != os.getpid()}
+    assert len(helpers) == 1, pids  # one helper, and it did some of the work
+    assert "computed on a spare core" in out
+    # the model's variants were still timed together, in one timing run
+    with ResultStore(tmp_path / "results.db") as store:
+        rows = store.rows()
+        runs = {run.run_id for row in rows
+                for run in store.timing_runs(row.point_key, row.timing_key)}
+    assert len(rows) == 5 and len(runs) == 1
+    assert all(row.max_abs_diff is not None and row.status == "ok" for row in rows)
+
+    # a second run computes nothing and starts no helper
+    again = Runner(workspace, progress=False,
+                   machine_lock=MachineLock(tmp_path / "locks")).run(parse_config(sweep_text()))
+    assert again.recomputed_nothing and again.reused["compile"] == 4
+
+
+def test_a_helper_that_dies_leaves_its_compile_to_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper is killed as it is handed its first compile: the run computes it."""
+    from dlas.runner import compile_ahead
+
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "1")
+    real_send = compile_ahead.CompileAhead._send
+
+    def send_then_die(self, helper, point, keys) -> None:  # noqa: ANN001
+        helper.proc.kill()
+        helper.proc.wait()
+        real_send(self, helper, point, keys)
+
+    monkeypatch.setattr(compile_ahead.CompileAhead, "_send", send_then_die)
+    runner = Runner(Workspace(tmp_path, tmp_path / "cache"), progress=False,
+                    machine_lock=MachineLock(tmp_path / "locks"))
+    report = runner.run(parse_config(sweep_text()))
+    assert report.ok == 5 and report.failed == 0
+    assert set(computed_by(tmp_path / "cache", "compile").values()) == {os.getpid()}
+
+
+@pytest.mark.parametrize(("env", "cores", "expected"), [
+    ("", 1, 0), ("", 2, 1), ("", 16, 4), ("0", 16, 0), ("3", 2, 3)])
+def test_helper_count(env: str, cores: int, expected: int,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", env)
+    assert helper_count(cores) == expected
+
+
+def test_a_bad_helper_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "two")
+    with pytest.raises(ValueError, match="DLAS_COMPILE_AHEAD='two'"):
+        helper_count(2)
