@@ -3,6 +3,7 @@ computing real compiles under the run's claims, the run timing every variant tog
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -25,8 +26,6 @@ def sweep_text() -> str:
 
 def computed_by(cache: Path, stage: str) -> dict[str, int]:
     """Per entry of `stage`: the pid that computed it."""
-    import json
-
     pids = {}
     for meta in (cache / stage).glob("*/meta.json"):
         data = json.loads(meta.read_text())
@@ -50,6 +49,13 @@ def test_helpers_compile_ahead_and_the_model_is_timed_in_one_run(
     helpers = {pid for pid in pids.values() if pid != os.getpid()}
     assert len(helpers) == 1, pids  # one helper, and it did some of the work
     assert "computed on a spare core" in out
+    # no timing overlapped a helper's compile (the machine lock is exclusive for timings)
+    spans = [json.loads(meta.read_text())["computed_by"]
+             for meta in (tmp_path / "cache").glob("*/*/meta.json")]
+    for timing in (s for s in spans if s["exclusive"]):
+        start, end = timing["span"]
+        assert not [s for s in spans if s["pid"] != timing["pid"]
+                    and s["span"][0] < end and start < s["span"][1]], timing
     # the model's variants were still timed together, in one timing run
     with ResultStore(tmp_path / "results.db") as store:
         rows = store.rows()

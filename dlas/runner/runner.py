@@ -86,13 +86,17 @@ class Runner(PlanExecutor):
 
     # -- one point --------------------------------------------------------------------
 
-    def _prepare(self, state: _Pending) -> ResultRow | None:
+    def _prepare(self, state: _Pending, pending: list[_Pending]) -> ResultRow | None:
         """Every stage of the point up to its timing entry. The finished row when the
         point ends here (failed, or a target nothing here can run); None when it waits
-        for its timing. Raises `EntryBusy` while another process computes one of them."""
+        for its timing. Raises `EntryBusy` while another process computes one of them.
+        Before its own untuned compile, it hands the next due ones to idle helpers."""
         plan = state.plan
         try:
             for stage in plan.prepared:
+                if stage is COMPILE and self._ahead is not None and not tunes(plan.point):
+                    self._ahead.offer([(s.plan.point, s.plan.keys) for s in pending
+                                       if s is not state and not s.prepared])
                 state.facts[stage.name] = self.executor.facts(plan.point, plan.keys, stage)
         except StageFailed as failure:
             return failed_row(state.row, failure.stage, failure.message, failure.tb)
@@ -136,14 +140,13 @@ class Runner(PlanExecutor):
         self.executor.helper_pids = ahead.pids
         return ahead
 
-    def _hand_over(self, state: _Pending, pending: list[_Pending]) -> str:
+    def _hand_over(self, state: _Pending) -> str:
         """With helpers, before this process works on `state`: `SKIP` when a helper
         compiles `state` (this process leaves it and comes back; its group is not timed
         meanwhile); `RESTART` when `state` needs heavy work (training, fine-tuning,
         tuning), which never runs beside a helper, and the helpers were waited for (the
         pass starts over, so the points they finished are taken up and their group timed
-        before the next model trains); else `GO`, after handing the next due compiles to
-        idle helpers where `state`'s own work is light (an import, an untuned compile)."""
+        before the next model trains); else `GO`. (`_prepare` hands compiles over.)"""
         ahead = self._ahead
         if ahead is None or state.prepared:
             return GO
@@ -153,13 +156,9 @@ class Runner(PlanExecutor):
         before_import = BY_NAME[COMPILE.parent or ""].parent
         light = (not tunes(point) and before_import is not None and before_import in keys
                  and self.cache.has(before_import, keys[before_import]))
-        if not light:
-            if ahead.busy():
-                ahead.drain()
-                return RESTART
-            return GO
-        ahead.offer([(s.plan.point, s.plan.keys) for s in pending
-                     if s is not state and not s.prepared])
+        if not light and ahead.busy():
+            ahead.drain()
+            return RESTART
         return GO
 
     def _walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
@@ -171,7 +170,7 @@ class Runner(PlanExecutor):
             for state in [s for s in pending if not s.prepared]:
                 if state not in pending:  # finished with an earlier point's group
                     continue
-                step = self._hand_over(state, pending)
+                step = self._hand_over(state)
                 if step == SKIP:
                     continue
                 if step == RESTART:
@@ -180,7 +179,7 @@ class Runner(PlanExecutor):
                 if state.busy is None:
                     self.console.point_start(state.plan.index, run.points, state.plan.point)
                 try:
-                    done = self._prepare(state)
+                    done = self._prepare(state, pending)
                 except EntryBusy as busy:
                     state.busy = busy
                     continue
