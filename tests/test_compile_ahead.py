@@ -91,6 +91,28 @@ def test_a_helper_that_dies_leaves_its_compile_to_the_run(
     assert set(computed_by(tmp_path / "cache", "compile").values()) == {os.getpid()}
 
 
+def test_a_model_is_timed_before_the_next_one_trains(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    """Helpers do not change the order of a run: a model's variants are timed once its
+    compiles are stored, before the next model trains (training never runs beside a
+    helper)."""
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "1")
+    text = tiny_sweep("two", algorithms=["direct", "gemm", "spatial_pack"]).replace(
+        "  - name: tiny_cnn\n", "  - name: tiny_cnn\n  - name: tiny_cnn_twin\n")
+    runner = Runner(Workspace(tmp_path, tmp_path / "cache"), progress=False,
+                    machine_lock=MachineLock(tmp_path / "locks"))
+    report = runner.run(parse_config(text))
+    out = capsys.readouterr().out
+    assert report.ok == 6, out
+    lines = out.splitlines()
+    timed = [i for i, line in enumerate(lines) if "variant(s) of tiny_cnn" in line]
+    trained = [i for i, line in enumerate(lines) if "train     computing" in line]
+    assert len(timed) == 2 and len(trained) == 2, out
+    assert trained[0] < timed[0] < trained[1] < timed[1], out
+    assert "computed on a spare core" in out
+
+
 @pytest.mark.parametrize(("env", "cores", "expected"), [
     ("", 1, 0), ("", 2, 1), ("", 16, 4), ("0", 16, 0), ("3", 2, 3)])
 def test_helper_count(env: str, cores: int, expected: int,

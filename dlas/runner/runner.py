@@ -135,18 +135,23 @@ class Runner(PlanExecutor):
                   and not self.cache.has(COMPILE.name, p.keys[COMPILE.name]))
         if due < 2:
             return None
-        ahead = CompileAhead(self.cache, self.workspace.root, self.machine_lock.directory,
-                             min(helpers, due - 1))
+        try:
+            ahead = CompileAhead(self.cache, self.workspace.root,
+                                 self.machine_lock.directory, min(helpers, due - 1))
+        except OSError as exc:  # no process could start: the run computes everything
+            self.console.note(f"compile helpers not started ({exc}); compiling here only")
+            return None
         self.executor.helper_pids = ahead.pids
         return ahead
 
-    def _hand_over(self, state: _Pending) -> str:
+    def _hand_over(self, state: _Pending, skipped: bool) -> str:
         """With helpers, before this process works on `state`: `SKIP` when a helper
         compiles `state` (this process leaves it and comes back; its group is not timed
         meanwhile); `RESTART` when `state` needs heavy work (training, fine-tuning,
-        tuning), which never runs beside a helper, and the helpers were waited for (the
-        pass starts over, so the points they finished are taken up and their group timed
-        before the next model trains); else `GO`. (`_prepare` hands compiles over.)"""
+        tuning), which never runs beside a helper, and helpers are busy or this pass
+        `skipped` points for them: the helpers were waited for, and the pass starts over,
+        so the points they finished are taken up and their group timed before the next
+        model trains; else `GO`. (`_prepare` hands compiles over.)"""
         ahead = self._ahead
         if ahead is None or state.prepared:
             return GO
@@ -156,7 +161,7 @@ class Runner(PlanExecutor):
         before_import = BY_NAME[COMPILE.parent or ""].parent
         light = (not tunes(point) and before_import is not None and before_import in keys
                  and self.cache.has(before_import, keys[before_import]))
-        if not light and ahead.busy():
+        if not light and (skipped or ahead.busy()):
             ahead.drain()
             return RESTART
         return GO
@@ -166,12 +171,13 @@ class Runner(PlanExecutor):
                    for plan in plans]
         waiting_said: set[str] = set()
         while pending and not run.stopped:
-            progressed = False
+            progressed = skipped = False
             for state in [s for s in pending if not s.prepared]:
                 if state not in pending:  # finished with an earlier point's group
                     continue
-                step = self._hand_over(state)
+                step = self._hand_over(state, skipped)
                 if step == SKIP:
+                    skipped = True
                     continue
                 if step == RESTART:
                     progressed = True
@@ -207,6 +213,8 @@ class Runner(PlanExecutor):
         """Time a group and record its finished points: whether any finished."""
         from dlas.runner.timing_groups import group_title
 
+        if self._ahead is not None:
+            self._ahead.drain()  # a timing holds the machine alone: let helpers finish
         outcomes = self.executor.timings([(s.plan.point, s.plan.keys) for s in members],
                                          group_title(members[0].plan.point))
         finished = False

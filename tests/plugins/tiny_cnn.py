@@ -26,3 +26,10 @@ class TinyCNN(nn.Module):
 @register("models", "tiny_cnn", description="test-only three-conv CNN")
 def tiny_cnn(params: NoParams, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     return TinyCNN(num_classes)
+
+
+@register("models", "tiny_cnn_twin",
+          description="test-only: tiny_cnn under another name, for sweeps of two models")
+def tiny_cnn_twin(params: NoParams, num_classes: int,
+                  input_shape: tuple[int, ...]) -> nn.Module:
+    return TinyCNN(num_classes)
