@@ -36,8 +36,12 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from dlas.measure.record import TimingRun
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -90,7 +94,17 @@ def invoke(config: str, workspace: Path, passes: int | None) -> float:
     return time.time() - t0
 
 
-def load(workspace: Path) -> Invocation:
+def shortened(run: TimingRun, rounds: int | None) -> TimingRun:
+    """`run` as if it had stopped after its first `rounds` rounds (None: as taken): what
+    passes of fewer rounds each would have given (`--rounds-per-pass`)."""
+    if rounds is None:
+        return run
+    kept = sorted(run.rounds, key=lambda r: r.index)[:rounds]
+    policy = {**run.policy, "min_rounds": min(rounds, int(run.policy.get("min_rounds", 10)))}
+    return run.model_copy(update={"rounds": kept, "policy": policy})
+
+
+def load(workspace: Path, rounds: int | None = None) -> Invocation:
     from dlas.results.drift import Drift, next_run_range
     from dlas.results.latency import latency_columns
     from dlas.results.store import ResultStore
@@ -99,7 +113,8 @@ def load(workspace: Path) -> Invocation:
     started = math.inf
     with ResultStore(workspace / "results.db") as store:
         for row in store.rows(status="ok"):
-            runs = sorted((r for r in store.timing_runs(row.point_key, row.timing_key)
+            runs = sorted((shortened(r, rounds)
+                           for r in store.timing_runs(row.point_key, row.timing_key)
                            if any(x.samples_ms for x in r.rounds)), key=lambda r: r.started_at)
             if not runs or row.latency_median_ms is None:
                 continue
@@ -107,16 +122,17 @@ def load(workspace: Path) -> Invocation:
             figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
+            pooled = latency_columns(runs, ci_threshold=math.inf)  # the row, by its rule
+            ci = (pooled["latency_ci_low_ms"], pooled["latency_ci_high_ms"])
             rows[row.point_key] = Figure(
-                runtime, str(row.placement), row.latency_median_ms,
-                (row.latency_ci_low_ms or math.nan, row.latency_ci_high_ms or math.nan),
-                (row.next_run_low_ms or math.nan, row.next_run_high_ms or math.nan))
+                runtime, str(pooled["placement"]), pooled["latency_median_ms"], ci,
+                next_run_range(pooled["latency_median_ms"], *ci, drift))
             placed[row.point_key] = {
                 state: Figure(runtime, state, fig["median_ms"],
                               (fig["ci_low_ms"], fig["ci_high_ms"]),
                               next_run_range(fig["median_ms"], fig["ci_low_ms"],
                                              fig["ci_high_ms"], drift))
-                for state, fig in (row.latency_by_placement or {}).items()}
+                for state, fig in (pooled["latency_by_placement"] or {}).items()}
             one = figs[0]
             ci = (one["latency_ci_low_ms"], one["latency_ci_high_ms"])
             first[row.point_key] = Figure(runtime, str(one["placement"]),
@@ -253,9 +269,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/dlas-bench-independent"))
     parser.add_argument("--analyse", nargs="+", type=Path, default=None,
                         help="only analyse these workspaces (earlier invocations)")
+    parser.add_argument("--rounds-per-pass", type=int, default=None,
+                        help="with --analyse: each timing run cut to its first K rounds, "
+                             "as if passes of K rounds had been taken")
     args = parser.parse_args()
     if args.analyse:
-        report([load(p) for p in args.analyse])
+        report([load(p, args.rounds_per_pass) for p in args.analyse])
         return
     if args.source is None:
         parser.error("--from WORKSPACE (a finished sweep of --config) or --analyse DIRS")
