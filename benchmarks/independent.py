@@ -22,7 +22,7 @@ Every figure is the row's own rule (`dlas.results.latency`, `dlas.results.reprod
 
     python benchmarks/independent.py --from WORKSPACE [--config C] [--invocations 4]
                                      [--passes 3] [--out DIR]
-    python benchmarks/independent.py --analyse DIR [DIR ...]
+    python benchmarks/independent.py --analyse DIR [DIR ...] [--rounds-per-pass K]
 """
 
 from __future__ import annotations

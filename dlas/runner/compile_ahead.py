@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,10 @@ MAX_HELPERS = 4
 ENV = "DLAS_COMPILE_AHEAD"
 #: Seconds a helper gets to finish its compile when the run ends, before it is stopped.
 STOP_GRACE_S = 5.0
+#: Seconds one compile may take in a helper before the helper is stopped (a hang must not
+#: hold the run, which waits for its helpers before heavy work and timings; the largest
+#: untuned compile seen, DenseNet161 at 224x224, takes about 90 s on a Zen 1).
+TASK_LIMIT_S = 1800.0
 
 
 def helper_count(cores: int | None = None) -> int:
@@ -82,9 +86,9 @@ def compile_due(cache: Cache, point: Point, keys: StageKeys) -> bool:
 class _Helper:
     proc: subprocess.Popen[str]
     events: queue.Queue[dict[str, Any]]
-    #: The compile key in flight (None: idle).
+    #: The compile key in flight (None: idle), and since when (monotonic seconds).
     task: str | None = None
-    said: list[str] = field(default_factory=list)
+    since: float = 0.0
 
 
 class CompileAhead:
@@ -150,6 +154,9 @@ class CompileAhead:
                     break
                 if event.get("event") == "done" and event.get("key") == helper.task:
                     helper.task = None
+            if helper.task is not None and time.monotonic() - helper.since > TASK_LIMIT_S:
+                helper.proc.kill()  # hung: its claim dies with it, the run computes it
+                helper.proc.wait()
             if helper.proc.poll() is not None:
                 helper.task = None
 
@@ -205,7 +212,7 @@ class CompileAhead:
             helper.proc.stdin.flush()
         except OSError:  # it died: the executor computes the point itself
             return
-        helper.task = key
+        helper.task, helper.since = key, time.monotonic()
 
 
 def _read_events(proc: subprocess.Popen[str], events: queue.Queue[dict[str, Any]]) -> None:
