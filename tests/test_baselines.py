@@ -328,3 +328,29 @@ def test_report_puts_tvm_variants_beside_the_baselines(tmp_path: Path) -> None:
     assert "## TVM against ONNX Runtime and PyTorch" in text
     assert "| 1.50x slower | 4.00x faster |" in text
     assert "noisy, cv 20%" in text and "1 timed points are flagged noisy" in text
+
+
+def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """ONNX Runtime's export is done once per compressed model, not per timing run."""
+    import torch
+
+    from dlas.compression import int8
+
+    calls = []
+    real = int8.export_onnx
+
+    def counted(model: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
+        calls.append(shape)
+        return real(model, shape)
+
+    monkeypatch.setattr(int8, "export_onnx", counted)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    memo = tmp_path / "exports" / "key-torch.onnx"
+    first = int8.export_onnx_memo(model, (3, 8, 8), memo)
+    again = int8.export_onnx_memo(model, (3, 8, 8), memo)
+    assert first == again == memo.read_bytes() and len(calls) == 1
+    assert sorted(p.name for p in memo.parent.iterdir()) == [memo.name]  # no partial file
+    int8.export_onnx_memo(model, (3, 8, 8), None)  # no memo: exported again
+    assert len(calls) == 2

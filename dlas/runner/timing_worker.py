@@ -115,7 +115,7 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
     cache = Cache(Path(request.cache_dir))
     env = StageEnv(Path(request.workspace_root), _EventConsole(emit), progress=False)
     executor = StageExecutor(cache, env, StageTally())  # every input is stored already
-    context = TimingContext(cpus=request.cpus)
+    context = TimingContext(cpus=request.cpus, cache_root=Path(request.cache_dir))
     results: dict[str, dict[str, Any]] = {}
     timed: list[tuple[Any, Timed, MeasureFacts]] = []
     inputs_of: dict[str, Inputs] = {}

@@ -70,6 +70,24 @@ def baseline_threads(point: Point) -> int:
     return resolve_target(point).num_threads or available_cores()
 
 
+#: The cache's folder of ONNX exports kept across timing runs (not a stage: a memo).
+EXPORTS_DIR = "onnx-exports"
+
+
+def export_memo(cache_root: Path | None, point: Point) -> Path | None:
+    """Where the float32 ONNX export of the point's compressed model is kept: named by
+    the compress entry (which fixes the weights) and torch's version (which fixes the
+    exporter)."""
+    if cache_root is None:
+        return None
+    import torch
+
+    from dlas.stages.keys import stage_keys
+
+    compress = stage_keys(point)[COMPRESS.name]
+    return cache_root / EXPORTS_DIR / f"{compress}-torch{torch.__version__}.onnx"
+
+
 class BaselineStage(TimedStage):
     name = "baseline"
     #: 3: timed in the timing worker, interleaved with the model's TVM variants, in
@@ -96,7 +114,8 @@ class BaselineStage(TimedStage):
         model = BaselineModel(
             compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
             threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
-            info=compressed.facts.info or {}, cpus=cpus)
+            info=compressed.facts.info or {}, cpus=cpus,
+            export_memo=export_memo(context.cache_root, point))
         try:
             peer = point.tuning.option.fn(point.tuning.params, model)
         except BaselineNotRunnable as exc:

@@ -86,6 +86,9 @@ class TimingContext:
     #: CPUs to pin threads to, one per thread (None: leave threads floating).
     cpus: list[int] | None = None
     sessions: dict[str, Any] = field(default_factory=dict)
+    #: The workspace's artifact cache, where subjects keep what outlives one timing run
+    #: (ONNX Runtime's float32 export); None: they keep nothing.
+    cache_root: Path | None = None
 
     def session(self, target: Any) -> Any:
         """The open session measuring `target` (opened on first use)."""
