@@ -354,3 +354,19 @@ def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
     assert sorted(p.name for p in memo.parent.iterdir()) == [memo.name]  # no partial file
     int8.export_onnx_memo(model, (3, 8, 8), None)  # no memo: exported again
     assert len(calls) == 2
+
+
+def test_the_export_is_named_by_what_it_depends_on(tmp_path: Path) -> None:
+    import torch
+
+    from dlas.stages.baseline import export_memo
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    same = export_memo(tmp_path, model, (3, 8, 8))
+    assert same == export_memo(tmp_path, model, (3, 8, 8)) and same.parent.parent == tmp_path
+    assert export_memo(tmp_path, model, (3, 16, 16)) != same  # another input shape
+    with torch.no_grad():
+        model[0].weight[0, 0, 0, 0] += 1.0
+    assert export_memo(tmp_path, model, (3, 8, 8)) != same  # other weights
+    assert export_memo(None, model, (3, 8, 8)) is None

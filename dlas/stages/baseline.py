@@ -74,18 +74,25 @@ def baseline_threads(point: Point) -> int:
 EXPORTS_DIR = "onnx-exports"
 
 
-def export_memo(cache_root: Path | None, point: Point) -> Path | None:
-    """Where the float32 ONNX export of the point's compressed model is kept: named by
-    the compress entry (which fixes the weights) and torch's version (which fixes the
-    exporter)."""
+def export_memo(cache_root: Path | None, model: Any, input_shape: tuple[int, ...]
+                ) -> Path | None:
+    """Where the float32 ONNX export of a compressed model is kept: named by what the
+    export depends on, the module's structure and weights, the input shape and torch's
+    version (the exporter)."""
     if cache_root is None:
         return None
+    import hashlib
+
     import torch
 
-    from dlas.stages.keys import stage_keys
-
-    compress = stage_keys(point)[COMPRESS.name]
-    return cache_root / EXPORTS_DIR / f"{compress}-torch{torch.__version__}.onnx"
+    digest = hashlib.sha256(repr(model).encode())
+    digest.update(repr(tuple(input_shape)).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+                      .numpy().tobytes())
+    name = f"{digest.hexdigest()[:24]}-torch{torch.__version__}.onnx"
+    return cache_root / EXPORTS_DIR / name
 
 
 class BaselineStage(TimedStage):
@@ -115,7 +122,8 @@ class BaselineStage(TimedStage):
             compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
             threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
             info=compressed.facts.info or {}, cpus=cpus,
-            export_memo=export_memo(context.cache_root, point))
+            export_memo=export_memo(context.cache_root, compressed.model,
+                                    tuple(inputs[DATA].input_shape)))
         try:
             peer = point.tuning.option.fn(point.tuning.params, model)
         except BaselineNotRunnable as exc:
