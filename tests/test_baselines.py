@@ -359,7 +359,7 @@ def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
 def test_the_export_is_named_by_what_it_depends_on(tmp_path: Path) -> None:
     import torch
 
-    from dlas.stages.baseline import export_memo
+    from dlas.compression.int8 import export_memo
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()

@@ -114,6 +114,29 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
     return program.model_proto.SerializeToString()
 
 
+#: The cache's folder of ONNX exports kept across timing runs (not a stage: a memo).
+EXPORTS_DIR = "onnx-exports"
+
+
+def export_memo(cache_root: Path | None, model: torch.nn.Module,
+                input_shape: tuple[int, ...]) -> Path | None:
+    """Where the float32 ONNX export of a compressed model is kept: named by what the
+    export depends on, the module's structure and weights, the input shape and torch's
+    version (the exporter)."""
+    if cache_root is None:
+        return None
+    import hashlib
+
+    digest = hashlib.sha256(repr(model).encode())
+    digest.update(repr(tuple(input_shape)).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+                      .numpy().tobytes())
+    name = f"{digest.hexdigest()[:24]}-torch{torch.__version__}.onnx"
+    return cache_root / EXPORTS_DIR / name
+
+
 def export_onnx_memo(model: torch.nn.Module, input_shape: tuple[int, ...],
                      memo: Path | None) -> bytes:
     """`export_onnx`, kept in the file `memo` (None: not kept). The dynamo exporter takes

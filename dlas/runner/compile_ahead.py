@@ -72,14 +72,19 @@ def helper_count(cores: int | None = None) -> int:
     return max(0, min(cores - 1, MAX_HELPERS))
 
 
+def compile_wanted(cache: Cache, point: Point, keys: StageKeys) -> bool:
+    """Whether the point has an untuned compile that is not stored yet."""
+    return (not point.is_baseline and not tunes(point) and COMPILE.name in keys
+            and not cache.has(COMPILE.name, keys[COMPILE.name]))
+
+
 def compile_due(cache: Cache, point: Point, keys: StageKeys) -> bool:
     """Whether the point's next stored stage is an untuned compile that can start now:
-    not stored yet, its imported model stored (so nothing upstream is computed)."""
-    if point.is_baseline or tunes(point) or COMPILE.name not in keys:
-        return False
+    wanted (`compile_wanted`), its imported model stored (so nothing upstream is
+    computed)."""
     parent = COMPILE.parent
     assert parent is not None
-    return cache.has(parent, keys[parent]) and not cache.has(COMPILE.name, keys[COMPILE.name])
+    return compile_wanted(cache, point, keys) and cache.has(parent, keys[parent])
 
 
 @dataclass
@@ -122,12 +127,10 @@ class CompileAhead:
         while self.busy():
             time.sleep(POLL_S)
 
-    def offer(self, candidates: Sequence[tuple[Point, StageKeys]]) -> int:
-        """Hand due compiles (`compile_due`, not claimed) to idle helpers, in order; how
-        many were handed over."""
+    def offer(self, candidates: Sequence[tuple[Point, StageKeys]]) -> None:
+        """Hand due compiles (`compile_due`, not claimed) to idle helpers, in order."""
         self.poll()
         idle = [h for h in self._helpers if h.task is None and h.proc.poll() is None]
-        given = 0
         taken = {h.task for h in self._helpers}
         for point, keys in candidates:
             if not idle:
@@ -140,8 +143,6 @@ class CompileAhead:
             helper = idle.pop(0)
             self._send(helper, point, keys)
             taken.add(key)
-            given += 1
-        return given
 
     def poll(self) -> None:
         """Take in what the helpers said: finished compiles free their helper; a helper

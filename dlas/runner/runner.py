@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.runner.claims import POLL_S, Claims
-from dlas.runner.compile_ahead import CompileAhead, helper_count
+from dlas.runner.compile_ahead import CompileAhead, compile_wanted, helper_count
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import EntryBusy, StageExecutor, StageFailed
 from dlas.runner.machine import MachineLock
@@ -130,9 +130,7 @@ class Runner(PlanExecutor):
         helpers = helper_count()
         if helpers == 0:
             return None
-        due = sum(1 for p in plans if not p.point.is_baseline and not tunes(p.point)
-                  and COMPILE.name in p.keys
-                  and not self.cache.has(COMPILE.name, p.keys[COMPILE.name]))
+        due = sum(1 for p in plans if compile_wanted(self.cache, p.point, p.keys))
         if due < 2:
             return None
         try:

@@ -70,31 +70,6 @@ def baseline_threads(point: Point) -> int:
     return resolve_target(point).num_threads or available_cores()
 
 
-#: The cache's folder of ONNX exports kept across timing runs (not a stage: a memo).
-EXPORTS_DIR = "onnx-exports"
-
-
-def export_memo(cache_root: Path | None, model: Any, input_shape: tuple[int, ...]
-                ) -> Path | None:
-    """Where the float32 ONNX export of a compressed model is kept: named by what the
-    export depends on, the module's structure and weights, the input shape and torch's
-    version (the exporter)."""
-    if cache_root is None:
-        return None
-    import hashlib
-
-    import torch
-
-    digest = hashlib.sha256(repr(model).encode())
-    digest.update(repr(tuple(input_shape)).encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-                      .numpy().tobytes())
-    name = f"{digest.hexdigest()[:24]}-torch{torch.__version__}.onnx"
-    return cache_root / EXPORTS_DIR / name
-
-
 class BaselineStage(TimedStage):
     name = "baseline"
     #: 3: timed in the timing worker, interleaved with the model's TVM variants, in
@@ -122,8 +97,7 @@ class BaselineStage(TimedStage):
             compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
             threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
             info=compressed.facts.info or {}, cpus=cpus,
-            export_memo=export_memo(context.cache_root, compressed.model,
-                                    tuple(inputs[DATA].input_shape)))
+            export_cache=context.cache_root)
         try:
             peer = point.tuning.option.fn(point.tuning.params, model)
         except BaselineNotRunnable as exc:

@@ -53,9 +53,9 @@ class BaselineModel:
     quantized_onnx: bytes | None = None
     #: Where the peer may keep what it built (e.g. its ONNX file), kept with the result.
     work_dir: Path | None = None
-    #: Where the float32 ONNX export of `model` is kept across timing runs (it depends
-    #: on the compressed weights alone); None: exported every time.
-    export_memo: Path | None = None
+    #: The workspace's cache, where a peer keeps the float32 ONNX export of `model`
+    #: across timing runs (`dlas.compression.int8.export_memo`); None: exported every time.
+    export_cache: Path | None = None
     #: The compression's own facts (e.g. float16's accumulator).
     info: dict[str, Any] = field(default_factory=dict)
     #: CPUs to pin the intra-op threads to, one per thread, the first being the calling

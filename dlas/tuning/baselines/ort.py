@@ -24,7 +24,7 @@ ONNX_FILE = "model.onnx"
 
 def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
     """The ONNX model ONNX Runtime runs for this point, and what it is."""
-    from dlas.compression.int8 import export_onnx_memo
+    from dlas.compression.int8 import export_memo, export_onnx_memo
 
     if model.precision == "int8":
         if model.quantized_onnx is None:
@@ -33,7 +33,8 @@ def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
         return model.quantized_onnx, "int8 QDQ model from the compress stage"
     if model.precision not in ("float32", "float16"):
         raise BaselineNotRunnable(f"no ONNX Runtime path for {model.precision} models")
-    exported = export_onnx_memo(model.model, model.input_shape, model.export_memo)
+    memo = export_memo(model.export_cache, model.model, model.input_shape)
+    exported = export_onnx_memo(model.model, model.input_shape, memo)
     if model.precision == "float32":
         return exported, "float32 ONNX export of the compressed model"
     import onnx
