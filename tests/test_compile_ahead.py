@@ -125,3 +125,17 @@ def test_a_bad_helper_count_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DLAS_COMPILE_AHEAD", "two")
     with pytest.raises(ValueError, match="DLAS_COMPILE_AHEAD='two'"):
         helper_count(2)
+
+
+def test_dlas_run_refuses_a_bad_helper_count_before_any_work(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture) -> None:
+    from dlas.cli import main
+
+    config = tmp_path / "sweep.yaml"
+    config.write_text(sweep_text())
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "two")
+    assert main(["run", str(config), "--workspace", str(tmp_path / "ws")]) == 2
+    captured = capsys.readouterr()
+    assert "DLAS_COMPILE_AHEAD='two'" in captured.out + captured.err
+    assert not (tmp_path / "ws" / "cache").exists()  # nothing was computed
