@@ -22,6 +22,7 @@ from dlas.stages.compress import QUANTIZED_ONNX
 from dlas.sweep.config import parse_config
 from dlas.sweep.grid import expand
 from dlas.targets.base import TargetSpec
+from dlas.targets.options import NO_GPU
 from dlas.tuning.baselines.base import BaselineModel, BaselineNotRunnable, Peer
 from dlas.tuning.baselines.ort import ONNX_FILE
 from tests.conftest import tiny_sweep
@@ -76,21 +77,27 @@ def test_the_algorithm_axis_collapses_for_a_baseline() -> None:
 
 @pytest.fixture
 def foreign_targets():
-    """A GPU target and a CPU of another architecture: baselines cannot run on either."""
+    """GPU targets (one absent, one present) and a CPU of another architecture."""
     other = "x86_64" if platform.machine() in ("aarch64", "arm64") else "aarch64"
 
-    @registry.register("targets", "test_gpu", description="a CUDA target (test)")
+    @registry.register("targets", "test_gpu", description="a CUDA target, no GPU (test)")
     def gpu(params):
         return TargetSpec(name="test_gpu", tvm_target={"kind": "cuda", "arch": "sm_90"},
-                          device="cuda")
+                          device="cuda", unmeasurable=NO_GPU)
+
+    @registry.register("targets", "test_gpu_here", description="a CUDA GPU here (test)")
+    def gpu_here(params):
+        return TargetSpec(name="test_gpu_here", device="cuda",
+                          tvm_target={"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}})
 
     @registry.register("targets", "test_other_cpu", description="another CPU arch (test)")
     def other_cpu(params):
         return TargetSpec(name="test_other_cpu", device="cpu", num_threads=1,
                           tvm_target={"kind": "llvm", "mtriple": f"{other}-linux-gnu"})
 
-    yield ["test_gpu", "test_other_cpu"]
+    yield ["test_gpu", "test_gpu_here", "test_other_cpu"]
     registry.unregister("targets", "test_gpu")
+    registry.unregister("targets", "test_gpu_here")
     registry.unregister("targets", "test_other_cpu")
 
 
@@ -105,9 +112,14 @@ def test_combinations_a_baseline_cannot_run_are_not_runnable_with_the_reason(
     assert blocked[("int8", "onnxruntime", "host")] is None
     assert "cannot run the int8 QDQ model" in blocked[("int8", "pytorch", "host")]
     for runtime in ("pytorch", "onnxruntime"):
-        assert "runs on cuda" in blocked[("none", runtime, "test_gpu")]
-        assert "local CPU" in blocked[("none", runtime, "test_gpu")]
         assert "this machine is" in blocked[("none", runtime, "test_other_cpu")]
+    # ONNX Runtime (its CPU execution provider) never runs on a GPU target...
+    for gpu in ("test_gpu", "test_gpu_here"):
+        assert "runs on cuda" in blocked[("none", "onnxruntime", gpu)]
+        assert "local CPU" in blocked[("none", "onnxruntime", gpu)]
+    # ...PyTorch runs on this machine's GPU, and says so where there is none
+    assert blocked[("none", "pytorch", "test_gpu_here")] is None
+    assert NO_GPU in blocked[("none", "pytorch", "test_gpu")]
 
 
 # -- end to end -------------------------------------------------------------------------------

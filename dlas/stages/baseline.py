@@ -97,7 +97,7 @@ class BaselineStage(TimedStage):
             compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
             threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
             info=compressed.facts.info or {}, cpus=cpus,
-            export_cache=context.cache_root)
+            export_cache=context.cache_root, device=resolve_target(point).device)
         try:
             peer = point.tuning.option.fn(point.tuning.params, model)
         except BaselineNotRunnable as exc:

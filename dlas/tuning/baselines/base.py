@@ -62,6 +62,9 @@ class BaselineModel:
     #: thread's (the timing worker pins every runtime alike: docs/timing.md); None: the
     #: runtime places its threads itself.
     cpus: list[int] | None = None
+    #: Where the target runs the model: "cpu", or "cuda" (this machine's first GPU, for
+    #: an option whose constraints admit it: `local_cpu_or_gpu`).
+    device: str = "cpu"
 
 
 class Peer(ABC):
@@ -131,21 +134,34 @@ def precision_of(point: Any) -> str | None:
 def local_cpu_only(point: Any) -> str | None:
     """Baselines run in this process, on this CPU: not on a GPU, a remote board, or a CPU
     of another architecture."""
+    return _local_reason(point, gpu=False)
+
+
+def local_cpu_or_gpu(point: Any) -> str | None:
+    """As `local_cpu_only`, but a CUDA target on this machine's GPU is admitted too: the
+    runtime then runs on that GPU, the peer the paper's GPU rows need."""
+    return _local_reason(point, gpu=True)
+
+
+def _local_reason(point: Any, gpu: bool) -> str | None:
     from dlas.targets.resolve import resolve_target
 
     spec = resolve_target(point)
+    where = "local CPU or GPU" if gpu else "local CPU"
     if getattr(spec, "rpc", None) is not None:
-        return (f"target '{spec.name}' is a remote board (RPC); baselines run only on the "
-                "local CPU for now")
-    if spec.device != "cpu" or spec.tvm_target.get("kind") != "llvm":
+        return (f"target '{spec.name}' is a remote board (RPC); this baseline runs only on "
+                f"the {where} for now")
+    on_gpu = gpu and spec.device == "cuda" and spec.tvm_target.get("kind") == "cuda"
+    if not on_gpu and (spec.device != "cpu" or spec.tvm_target.get("kind") != "llvm"):
         return (f"target '{spec.name}' runs on {spec.device} ({spec.tvm_target.get('kind')}); "
-                "baselines run only on the local CPU for now")
+                f"this baseline runs only on the {where} for now")
     unmeasurable = getattr(spec, "unmeasurable", None)
     if unmeasurable:
         return f"target '{spec.name}' cannot be measured here: {unmeasurable}"
-    triple = str(spec.tvm_target.get("mtriple") or "")
+    host = spec.tvm_target.get("host") if on_gpu else spec.tvm_target
+    triple = str((host or {}).get("mtriple") or "")
     arch = platform.machine().lower().replace("arm64", "aarch64").replace("amd64", "x86_64")
     if triple and not triple.lower().startswith(arch):
         return (f"target '{spec.name}' is a {triple.split('-')[0]} CPU and this machine is "
-                f"{arch}; baselines run only on the local CPU")
+                f"{arch}; this baseline runs only on the {where}")
     return None

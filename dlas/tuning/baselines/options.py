@@ -12,7 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from dlas.registry import BASELINE_TAG, NoParams, register
-from dlas.tuning.baselines.base import BaselineModel, Peer, local_cpu_only, precision_of
+from dlas.tuning.baselines.base import (
+    BaselineModel,
+    Peer,
+    local_cpu_only,
+    local_cpu_or_gpu,
+    precision_of,
+)
 from dlas.tuning.baselines.torch_eager import int8_reason
 
 BASELINE_TAGS = {BASELINE_TAG}
@@ -23,10 +29,11 @@ def pytorch_precision(point: Any) -> str | None:
 
 
 @register("tuning", "pytorch", tags=BASELINE_TAGS,
-          constraints=[local_cpu_only, pytorch_precision],
+          constraints=[local_cpu_or_gpu, pytorch_precision],
           description="baseline: PyTorch eager on the compressed module (float16: a float16 "
-                      "copy), torch.set_num_threads = the target's threads; verified and "
-                      "timed as TVM points are. Local CPU only; no int8")
+                      "copy), torch.set_num_threads = the target's threads; on a cuda "
+                      "target, on this machine's GPU; verified and timed as TVM points are. "
+                      "Local CPU or GPU; no int8")
 def pytorch(params: NoParams, model: BaselineModel) -> Peer:
     from dlas.tuning.baselines.torch_eager import TorchPeer
 

@@ -1,4 +1,6 @@
-"""PyTorch eager as a baseline: the compressed module itself, intra-op threads matched."""
+"""PyTorch eager as a baseline: the compressed module itself, intra-op threads matched; on
+a cuda target, on this machine's GPU (each timed call waits for the GPU to finish, as TVM's
+time evaluator does for a GPU function)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ def int8_reason() -> str:
 
 
 class TorchPeer(Peer):
-    """The module in eval/inference mode; float16 points run a float16 copy of it."""
+    """The module in eval/inference mode; float16 points run a float16 copy of it, cuda
+    points a copy on the GPU."""
 
     runtime = "pytorch"
 
@@ -31,9 +34,14 @@ class TorchPeer(Peer):
             raise BaselineNotRunnable(int8_reason() if model.precision == "int8" else
                                       f"PyTorch eager has no {model.precision} path here")
         self.dtype = getattr(torch, model.precision)
+        self.device = torch.device("cuda" if model.device == "cuda" else "cpu")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise BaselineNotRunnable(f"this PyTorch ({torch.__version__}) has no CUDA GPU "
+                                      "to run on")
         module = model.model
-        if self.dtype != torch.float32:  # the module is shared with other points: copy
-            module = copy.deepcopy(module).to(self.dtype)
+        if self.dtype != torch.float32 or self.device.type != "cpu":
+            # the module is shared with other points: copy before changing it
+            module = copy.deepcopy(module).to(device=self.device, dtype=self.dtype)
         self.module = module.eval()
         # process-wide: restored by close() so training and other points are unaffected
         self._previous_threads = torch.get_num_threads()
@@ -43,33 +51,46 @@ class TorchPeer(Peer):
     def _tensor(self, x: np.ndarray) -> Any:
         import torch
 
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.dtype)
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(
+            device=self.device, dtype=self.dtype)
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
             out = self.module(self._tensor(inputs))
-        return out.float().numpy().astype(np.float32)
+        return out.float().cpu().numpy().astype(np.float32)
 
     def bind(self, x: np.ndarray) -> Callable[[], object]:
         import torch
 
         module, tensor = self.module, self._tensor(x)
+        if self.device.type != "cuda":
+            def call() -> object:
+                with torch.inference_mode():
+                    return module(tensor)
 
-        def call() -> object:
+            return call
+        synchronize = torch.cuda.synchronize
+
+        def call_on_gpu() -> object:
             with torch.inference_mode():
-                return module(tensor)
+                out = module(tensor)
+            synchronize()  # the launch returns at once: time the work, not the launch
+            return out
 
-        return call
+        return call_on_gpu
 
     def info(self) -> dict[str, Any]:
         import os
 
         import torch
 
+        device = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
+                  else "cpu")
         return {"runtime": self.runtime, "version": torch.__version__, "mode": "eager",
-                "dtype": str(self.dtype).removeprefix("torch."), "threads": self.threads,
+                "dtype": str(self.dtype).removeprefix("torch."), "device": device,
+                "threads": self.threads,
                 "interop_threads": torch.get_num_interop_threads(),
                 # the CPUs the timing worker pinned OpenMP's threads to, if it did
                 # (dlas.runner.timing_worker)

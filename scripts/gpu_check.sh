@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Run on a lent GPU machine (docs/gpu.md): install the bundle scripts/gpu_bundle.sh made,
+# then the CUDA tests and the quickstart sweep on the GPU (every algorithm untuned, one
+# MetaSchedule point, PyTorch on the same GPU). Logs and results land in $OUT.
+#   gpu_check.sh stage   # call 1: keep .gpu/a (most of TVM's library) in /tmp
+#   gpu_check.sh run     # call 2, at once (the machine stays warm 30 s): install, check
+# Time limits (seconds) for the parts: TESTS_S, SWEEP_S.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+KEEP=/tmp/dlas-gpu
+SITE=/tmp/dlas-site
+OUT=${OUT:-/tmp/dlas-gpu-out}
+mkdir -p "$KEEP" "$OUT"
+case "${1:-run}" in
+stage)
+    cp .gpu/a/compiler.xz.* "$KEEP/" && ls -la "$KEEP" && exit 0 ;;
+run) ;;
+*) echo "usage: gpu_check.sh stage|run" >&2; exit 2 ;;
+esac
+export PYTHONUNBUFFERED=1
+cp .gpu/a/compiler.xz.* "$KEEP/" 2>/dev/null || true   # when everything came in one call
+if ! [ -f "$KEEP/compiler.xz.a" ]; then
+    echo "part a of TVM's library is missing: the machine went cold between the calls;" \
+         "run 'gpu_check.sh stage' again first" >&2
+    exit 3
+fi
+t0=$(date +%s)
+rm -rf "$SITE" && mkdir -p "$SITE"
+cat "$KEEP"/compiler.xz.* .gpu/b/compiler.xz.* 2>/dev/null > /tmp/compiler.xz
+echo "$(cat .gpu/b/compiler.sha256)  /tmp/compiler.xz" | sha256sum -c - || exit 4
+tar xJf .gpu/b/tvm_rest.tar.xz -C "$SITE"
+xz -d -T0 -c /tmp/compiler.xz > "$SITE/tvm/lib/libtvm_compiler.so"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+    .gpu/b/*.whl || exit 5
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --ignore-requires-python \
+    --no-compile --upgrade --target "$SITE" . || exit 6
+export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
+# a hung process prints every thread's stack on SIGABRT (sent below at the time limits);
+# subprocesses (timing workers, compile helpers) inherit it
+export PYTHONFAULTHANDLER=1
+dlas() { python3 -c 'import sys; from dlas.cli import main; sys.exit(main())' "$@"; }
+# Run "$@" for at most $1 seconds; past that, every process of its tree dumps its stacks
+# (faulthandler, on SIGABRT) into the log before it is stopped.
+limited() {
+    local limit=$1; shift
+    "$@" & local pid=$! waited=0
+    while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$limit" ]; do
+        sleep 1; waited=$((waited + 1))
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "== past ${limit}s: stacks of every process, then stopped =="
+        local tree="$pid $(pgrep -d' ' -P "$pid") $(for c in $(pgrep -P "$pid"); do pgrep -d' ' -P "$c"; done)"
+        kill -ABRT $tree 2>/dev/null; sleep 3; kill -KILL $tree 2>/dev/null
+    fi
+    wait "$pid"
+}
+echo "installed in $(( $(date +%s) - t0 )) s"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+python3 - <<'PY' 2>&1 | tee -a "$OUT/gpu.txt"
+import sys, torch, tvm
+from dlas.targets.options import local_cuda_gpu
+print("python", sys.version.split()[0], "torch", torch.__version__, "tvm", tvm.__version__)
+print("local_cuda_gpu", local_cuda_gpu())
+PY
+# 1. the tests that touch CUDA (the GPU-only ones, and the compile tests that run anywhere)
+t1=$(date +%s)
+# pytest-timeout (in the image) fails a test past its limit with its stack, and goes on
+limited "${TESTS_S:-200}" python3 -m pytest -rA -p no:cacheprovider -o addopts="" \
+    --timeout "${TEST_S:-120}" tests/test_cuda_gpu.py tests/test_targets.py -k "cuda or gpu" \
+    > "$OUT/tests.log" 2>&1
+tail -40 "$OUT/tests.log"
+echo "tests took $(( $(date +%s) - t1 )) s"
+# 2. the quickstart on the GPU: its models, every algorithm, one tuned point, PyTorch
+sed -e 's/^  - host$/  - cuda/' -e 's/name: quickstart$/name: quickstart_cuda/' \
+    -e 's/params: {trials: 64,/params: {trials: 32,/' \
+    configs/quickstart.yaml > /tmp/quickstart_cuda.yaml
+grep -q '^  - cuda$' /tmp/quickstart_cuda.yaml || { echo "no cuda target in the config"; exit 7; }
+t2=$(date +%s)
+limited "${SWEEP_S:-300}" python3 -c 'import sys; from dlas.cli import main; sys.exit(main())' \
+    run /tmp/quickstart_cuda.yaml --workspace /tmp/ws --no-progress > "$OUT/sweep.log" 2>&1
+echo "sweep rc=$? took $(( $(date +%s) - t2 )) s"
+tail -30 "$OUT/sweep.log"
+dlas results --workspace /tmp/ws --columns \
+    status,model,compression,algorithm,tuning,backend,latency_median_ms,latency_ci_low_ms,latency_ci_high_ms,verified,accuracy,compile_s,tuning_s,error \
+    > "$OUT/results.txt" 2>&1
+cat "$OUT/results.txt"
+dlas results --workspace /tmp/ws --json > "$OUT/results.json" 2>&1
+cp /tmp/ws/results.db "$OUT/" 2>/dev/null
+exit 0
