@@ -139,3 +139,39 @@ def test_dlas_run_refuses_a_bad_helper_count_before_any_work(
     captured = capsys.readouterr()
     assert "DLAS_COMPILE_AHEAD='two'" in captured.out + captured.err
     assert not (tmp_path / "ws" / "cache").exists()  # nothing was computed
+
+
+def test_a_tuned_point_is_never_a_helpers_compile_whatever_sets_its_trials() -> None:
+    """The quickstart's tuned point gives its trials in the option's params and leaves
+    `budgets.tuning_trials` at 0: it still searches (and times candidates), so it is
+    exclusive work and never handed to a helper. (It once counted as untuned: on a
+    16-core GPU machine a helper spent minutes tuning while the run waited for it.)"""
+    from dlas import registry
+    from dlas.runner.compile_ahead import compile_wanted
+    from dlas.stages import stage_keys
+    from dlas.stages.compile import COMPILE, tunes
+    from dlas.sweep.config import load_config
+    from dlas.sweep.grid import expand
+
+    registry.load_plugins()
+    root = Path(__file__).resolve().parents[1]
+    config = load_config(root / "configs" / "quickstart.yaml")
+    assert config.budgets.tuning_trials == 0
+    points = [p for p in expand(config) if not p.blocked]
+    tuned = [p for p in points if p.tuning.name == "metaschedule"]
+    assert tuned
+    for point in tuned:
+        assert tunes(point)
+        assert COMPILE.resources_for(point).exclusive
+        assert not compile_wanted(_NoCache(), point, stage_keys(point))  # type: ignore[arg-type]
+    untuned = [p for p in points if p.tuning.name == "none"]
+    assert untuned and not any(tunes(p) for p in untuned)
+    assert all(compile_wanted(_NoCache(), p, stage_keys(p))  # type: ignore[arg-type]
+               for p in untuned)
+
+
+class _NoCache:
+    """A cache holding nothing: every compile is still to do."""
+
+    def has(self, stage: str, key: str) -> bool:
+        return False

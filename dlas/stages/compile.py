@@ -15,8 +15,12 @@ from dlas.targets.resolve import resolve_target
 
 
 def tunes(point: Point) -> bool:
-    """Whether compiling the point searches schedules (and so times candidates)."""
-    return point.tuning.name != "none" and point.budgets.tuning_trials > 0
+    """Whether compiling the point searches schedules (and so times candidates on this
+    machine): every tuning option but `none` and the baselines (which compile nothing).
+    Not read from `budgets.tuning_trials`: an option's own `trials` param, or its default
+    when both are unset, gives the search its trials (`metaschedule`), so a budget of 0
+    does not mean "no search"."""
+    return point.tuning.name != "none" and not point.is_baseline
 
 
 class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
