@@ -66,7 +66,8 @@ PY
 t1=$(date +%s)
 # pytest-timeout (in the image) fails a test past its limit with its stack, and goes on
 limited "${TESTS_S:-200}" python3 -m pytest -rA -p no:cacheprovider -o addopts="" \
-    --timeout "${TEST_S:-120}" tests/test_cuda_gpu.py tests/test_targets.py -k "cuda or gpu" \
+    --timeout "${TEST_S:-120}" tests/test_cuda_gpu.py tests/test_targets.py tests/test_baselines.py \
+    -k "cuda or gpu" \
     > "$OUT/tests.log" 2>&1
 tail -40 "$OUT/tests.log"
 echo "tests took $(( $(date +%s) - t1 )) s"

@@ -382,3 +382,29 @@ def test_the_export_is_named_by_what_it_depends_on(tmp_path: Path) -> None:
         model[0].weight[0, 0, 0, 0] += 1.0
     assert export_memo(tmp_path, model, (3, 8, 8)) != same  # other weights
     assert export_memo(None, model, (3, 8, 8)) is None
+
+
+def test_pytorch_on_a_gpu_needs_a_cuda_torch_and_leaves_the_shared_module_alone() -> None:
+    """A cuda point's PyTorch peer works on a copy of the module on the GPU (the module is
+    shared with other points); a torch with no CUDA GPU says so instead of failing."""
+    import torch
+
+    from dlas.tuning.baselines.torch_eager import TorchPeer
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten())
+    model = BaselineModel(module, "float32", (1, 8, 8), threads=1, device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(BaselineNotRunnable, match="no CUDA GPU"):
+            TorchPeer(model)
+        return
+    peer = TorchPeer(model)
+    try:
+        assert next(module.parameters()).device.type == "cpu"  # the shared one untouched
+        assert next(peer.module.parameters()).device.type == "cuda"
+        x = np.ones((1, 1, 8, 8), dtype=np.float32)
+        expected = module(torch.from_numpy(x)).detach().numpy()
+        np.testing.assert_allclose(peer.run(x), expected, rtol=1e-4, atol=1e-4)
+        peer.bind(x)()
+        assert peer.info()["device"] == torch.cuda.get_device_name(0)
+    finally:
+        peer.close()
