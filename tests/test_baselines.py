@@ -368,6 +368,35 @@ def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
     assert len(calls) == 2
 
 
+@pytest.mark.parametrize("damage", ["cut short", "overwritten", "emptied"])
+def test_a_damaged_export_memo_is_exported_again_and_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """A memo damaged on disk (a full disk, a stray write) costs one export, not the
+    ONNX Runtime point: it is exported again, and the file replaced by a whole one."""
+    import torch
+
+    from dlas.compression import int8
+
+    calls = []
+    real = int8.export_onnx
+
+    def counted(model: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
+        calls.append(shape)
+        return real(model, shape)
+
+    monkeypatch.setattr(int8, "export_onnx", counted)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    memo = tmp_path / "key-torch.onnx"
+    whole = int8.export_onnx_memo(model, (3, 8, 8), memo)
+    memo.write_bytes({"cut short": whole[: len(whole) * 2 // 3],
+                      "overwritten": b"\x00not an onnx model" * 10,
+                      "emptied": b""}[damage])
+    assert int8.export_onnx_memo(model, (3, 8, 8), memo) == whole and len(calls) == 2
+    assert memo.read_bytes() == whole
+    assert int8.export_onnx_memo(model, (3, 8, 8), memo) == whole and len(calls) == 2
+
+
 def test_the_export_is_named_by_what_it_depends_on(tmp_path: Path) -> None:
     import torch
 

@@ -54,6 +54,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from dlas.datasets.base import DatasetBundle, fixed_batch
 
+log = logging.getLogger(__name__)
+
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 
@@ -141,10 +143,11 @@ def export_onnx_memo(model: torch.nn.Module, input_shape: tuple[int, ...],
                      memo: Path | None) -> bytes:
     """`export_onnx`, kept in the file `memo` (None: not kept). The dynamo exporter takes
     5-11 s per quickstart model on a Zen 1, paid again by every timing run of an ONNX
-    Runtime point; the memo is named by what the export depends on (the compressed
-    weights' entry and torch's version), so it is read, not recomputed."""
-    if memo is not None and memo.is_file():
-        return memo.read_bytes()
+    Runtime point; the memo is named by what the export depends on (`export_memo`), so it
+    is read, not recomputed. A damaged memo is exported again and replaced."""
+    kept = _whole_model(memo) if memo is not None else None
+    if kept is not None:
+        return kept
     exported = export_onnx(model, input_shape)
     if memo is not None:
         memo.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +155,25 @@ def export_onnx_memo(model: torch.nn.Module, input_shape: tuple[int, ...],
         partial.write_bytes(exported)
         os.replace(partial, memo)  # whole or absent, whoever reads it
     return exported
+
+
+def _whole_model(memo: Path) -> bytes | None:
+    """The memo's bytes if they are a whole ONNX model; None if there is no memo or it is
+    damaged (cut short, overwritten: a model cut short loses the opset imports, which
+    come after its graph, and fails the checker)."""
+    import onnx
+
+    try:
+        data = memo.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        onnx.checker.check_model(onnx.load_model_from_string(data))
+    except Exception as exc:  # noqa: BLE001 - any parse or check failure: not usable
+        log.warning("ONNX export memo %s is damaged (%s: %s); exporting again", memo,
+                    type(exc).__name__, exc)
+        return None
+    return data
 
 
 def calibration_inputs(bundle: DatasetBundle, size: int, seed: int) -> tuple[np.ndarray, str]:
