@@ -342,14 +342,14 @@ def test_report_puts_tvm_variants_beside_the_baselines(tmp_path: Path) -> None:
     assert "noisy, cv 20%" in text and "1 timed points are flagged noisy" in text
 
 
-def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """ONNX Runtime's export is done once per compressed model, not per timing run."""
+@pytest.fixture
+def export_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
+    """The input shapes `export_onnx` is called with from now on (it still exports)."""
     import torch
 
     from dlas.compression import int8
 
-    calls = []
+    calls: list[tuple[int, ...]] = []
     real = int8.export_onnx
 
     def counted(model: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
@@ -357,6 +357,17 @@ def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
         return real(model, shape)
 
     monkeypatch.setattr(int8, "export_onnx", counted)
+    return calls
+
+
+def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
+                                                  export_calls: list) -> None:
+    """ONNX Runtime's export is done once per compressed model, not per timing run."""
+    import torch
+
+    from dlas.compression import int8
+
+    calls = export_calls
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
     memo = tmp_path / "exports" / "key-torch.onnx"
@@ -370,21 +381,14 @@ def test_the_float32_export_is_kept_and_read_back(tmp_path: Path,
 
 @pytest.mark.parametrize("damage", ["cut short", "overwritten", "emptied"])
 def test_a_damaged_export_memo_is_exported_again_and_replaced(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+        tmp_path: Path, export_calls: list, damage: str) -> None:
     """A memo damaged on disk (a full disk, a stray write) costs one export, not the
     ONNX Runtime point: it is exported again, and the file replaced by a whole one."""
     import torch
 
     from dlas.compression import int8
 
-    calls = []
-    real = int8.export_onnx
-
-    def counted(model: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
-        calls.append(shape)
-        return real(model, shape)
-
-    monkeypatch.setattr(int8, "export_onnx", counted)
+    calls = export_calls
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
     memo = tmp_path / "key-torch.onnx"
