@@ -9,7 +9,11 @@ the same thing. Three phases, one workspace:
    direct, GEMM and spatial pack in NCHW, NHWC and NCHWc, and ONNX Runtime;
 2. tuned: per model, the fastest untuned variant tuned by MetaSchedule with
    `--trials` (time-share allocation), and for ResNet18 also `--resnet-trials`;
-3. `dlas profile` of the tuned points: each conv's share of the roofline.
+3. `dlas profile` of the tuned points: each conv's share of the roofline;
+4. with `--int8`: the models quantized to int8 (ONNX Runtime's static quantization),
+   direct in NCHW and in NCHWc, beside ONNX Runtime's int8. On a CPU with AVX512-VNNI
+   the NCHWc convs run on `vpdpbusd` (`dlas.algorithms.int8_dot`); elsewhere on the
+   plain int8 path, and the table says which.
 
 Printed per model: every variant's median, its ratio to ONNX Runtime and to the same
 algorithm in NCHW (the paper's layout), compile seconds, and the placement the row was
@@ -19,6 +23,7 @@ fraction. A JSON copy goes to WORKSPACE/kernels.json.
 
     python benchmarks/kernels.py [--workspace DIR] [--models resnet18 mobilenetv2 vgg16]
                                  [--trials 256] [--resnet-trials 128] [--skip-tuning]
+                                 [--int8 | --int8-only]
 """
 
 from __future__ import annotations
@@ -140,6 +145,41 @@ def untuned_table(table: list[Any], models: list[str]) -> tuple[list[dict], dict
     return records, best
 
 
+def int8_table(table: list[Any], models: list[str]) -> list[dict]:
+    """Print phase 4: int8 direct per layout against ONNX Runtime's int8 and NCHW."""
+    import tvm
+
+    from dlas.algorithms.int8_dot import target_has_vnni
+    from dlas.targets.host import host_target
+
+    kernel = ("vpdpbusd (AVX512-VNNI)" if target_has_vnni(tvm.target.Target(host_target()))
+              else "plain int8 (no VNNI on this CPU)")
+    print(f"\nint8, NCHWc convs on {kernel}")
+    print(f"{'model':<12} {'variant':<28} {'ms':>8} {'vs ORT':>7} {'vs NCHW':>8} "
+          f"{'placement':>9}")
+    records: list[dict] = []
+    for model in models:
+        mine = [r for r in table if model_of(r) == model and r.status == "ok"]
+        ort = next((r for r in mine if r.tuning == "onnxruntime"), None)
+        nchw = next((r for r in mine if r.tuning == "none" and r.algorithm == "direct"), None)
+        if ort is not None:
+            print(f"{model:<12} {'ONNX Runtime int8':<28} {ort.latency_median_ms:>8.3f} "
+                  f"{'':>7} {'':>8} {ort.placement or '-':>9}")
+        for row in (r for r in mine if r.tuning == "none"):
+            ms = row.latency_median_ms
+            vs_ort = ms / ort.latency_median_ms if ort else None
+            vs_nchw = ms / nchw.latency_median_ms if nchw else None
+            print(f"{model:<12} {row.algorithm:<28} {ms:>8.3f} {_ratio(vs_ort):>7} "
+                  f"{_ratio(vs_nchw):>8} {row.placement or '-':>9}")
+            records.append({"model": model, "variant": row.algorithm, "ms": ms,
+                            "vs_ort": vs_ort, "vs_nchw": vs_nchw, "kernel": kernel,
+                            "placement": row.placement})
+        missing = [r for r in table if model_of(r) == model and r.status != "ok"]
+        for row in missing:
+            print(f"{model:<12} {row.algorithm:<28} {row.status}: {row.error}")
+    return records
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -151,6 +191,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=256)
     parser.add_argument("--resnet-trials", type=int, default=128)
     parser.add_argument("--skip-tuning", action="store_true")
+    parser.add_argument("--int8", action="store_true",
+                        help="also int8: direct in NCHW and NCHWc against ONNX Runtime's int8")
+    parser.add_argument("--int8-only", action="store_true", help="phase 4 alone")
     args = parser.parse_args()
 
     from dlas.targets.host import detect_host_cpu
@@ -163,19 +206,32 @@ def main() -> None:
     print(f"cpu: {cpu.get('model')} (mcpu {cpu.get('mcpu')}, {cpu.get('cores')} cores); "
           f"width 0.5, digits, fp32, batch 1; workspace {workspace}")
 
+    result: dict[str, Any] = {"cpu": cpu.get("model"), "mcpu": cpu.get("mcpu")}
+    if not args.int8_only:
+        result.update(untuned_and_tuned(args, workspace, log, ws))
+    if args.int8 or args.int8_only:
+        int8 = config("kernels-int8", args.models,
+                      [variant("direct", "NCHW"), variant("direct", "NCHWc")],
+                      ["none", "onnxruntime"])
+        int8["compression"] = ["int8"]
+        dlas("run", str(write(int8, workspace)), *ws, log=log)
+        result["int8"] = int8_table(rows(workspace, int8["name"]), args.models)
+    (workspace / "kernels.json").write_text(json.dumps(result, indent=1))
+    print(f"\nwritten: {workspace / 'kernels.json'}; dlas's output: {log}")
+
+
+def untuned_and_tuned(args: argparse.Namespace, workspace: Path, log: Path,
+                      ws: list[str]) -> dict[str, Any]:
+    """Phases 1-3; their records."""
     untuned = config("kernels-untuned", args.models,
                      [variant(a, layout) for a in ALGORITHMS for layout in LAYOUTS],
                      ["none", "onnxruntime"])
     dlas("run", str(write(untuned, workspace)), *ws, log=log)
     records, best = untuned_table(rows(workspace, untuned["name"]), args.models)
-    result: dict[str, Any] = {"cpu": cpu.get("model"), "mcpu": cpu.get("mcpu"),
-                              "untuned": records, "best_untuned": best, "tuned": []}
-
+    result: dict[str, Any] = {"untuned": records, "best_untuned": best, "tuned": []}
     if not args.skip_tuning:
-        tuned_records = tune(args, workspace, best, log, ws)
-        result["tuned"] = tuned_records
-    (workspace / "kernels.json").write_text(json.dumps(result, indent=1))
-    print(f"\nwritten: {workspace / 'kernels.json'}; dlas's output: {log}")
+        result["tuned"] = tune(args, workspace, best, log, ws)
+    return result
 
 
 def tuning_params(trials: int) -> dict[str, Any]:

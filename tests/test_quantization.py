@@ -7,6 +7,7 @@ a residual add, and a linear head.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -453,3 +454,73 @@ def test_convs_outside_the_deployed_precision_are_reported() -> None:
     assert note.startswith("conv 1 ") and "not int8; runs in float32" in note
     assert precision_fallbacks([("float16", "float16", "float32")] * 2, "float16") == []
     assert len(precision_fallbacks(dtypes, "float32")) == 2
+
+
+def test_int8_model_through_the_dot_product_equals_the_plain_int8_path(
+        quantized, inputs, tmp_path: Path) -> None:
+    """The whole int8 model in NCHW16c, its convs on the 16x4 dot-product kernel (forced
+    "reference": VNNI's compute, packing and compensation on any x86 CPU), gives the
+    plain int8 path's outputs bit for bit: both sum the same integers exactly."""
+    from dlas.algorithms.int8_dot import forced_int8_dot
+    from dlas.tir.schedule_helpers import forced_simd
+
+    imported, _ = import_qdq_onnx(quantized["calibrated"], (1, 3, 32, 32))
+    outputs = {}
+    for kind in ("reference", "none"):
+        algorithm = DirectConv(layout="NCHWc")
+        with forced_simd(512, 32), forced_int8_dot(kind):
+            lowered, _ = lower_to_tir(imported.mod, imported.params, algorithm,
+                                      make_target(TARGET))
+            result = compile_model(imported, algorithm, TARGET, tmp_path / kind)
+        dot_convs = sum(bool(DOT_WEIGHT.search(func.script()))
+                        for _, func in lowered.functions_items()
+                        if isinstance(func, tirx.PrimFunc))
+        assert dot_convs == (2 if kind == "reference" else 0)  # not the stem, not depthwise
+        assert result.fallbacks == []
+        outputs[kind] = run_batch(load_vm(result.executable_path), inputs)
+    np.testing.assert_array_equal(outputs["reference"], outputs["none"])
+
+
+
+#: A PrimFunc parameter holding an int8 weight packed for the dot product:
+#: [oc block, input block, ky, kx, group of 4, 16 lanes, 4 inputs].
+DOT_WEIGHT = re.compile(r'T\.Buffer\(\((?:T\.int64\(\d+\), ){5}T\.int64\(16\), '
+                        r'T\.int64\(4\)\), "int8"\)')
+
+
+@pytest.mark.slow
+def test_int8_model_tuned_through_the_dot_product_keeps_its_function(
+        quantized, inputs, tmp_path: Path) -> None:
+    """MetaSchedule's vector-layout space samples tiles around the dot-product kernel and
+    tensorizes every candidate; the tuned model still computes the plain int8 path's
+    outputs exactly, and a second compile replays the database (the intrinsic is
+    registered before any schedule is replayed)."""
+    from dlas.algorithms.int8_dot import forced_int8_dot
+    from dlas.sweep.config import Budgets
+    from dlas.targets.base import TargetSpec
+    from dlas.targets.host import host_target
+    from dlas.tir.schedule_helpers import forced_simd
+    from dlas.tuning.base import TuningContext
+    from dlas.tuning.metaschedule.options import MetaScheduleParams, metaschedule
+
+    imported, _ = import_qdq_onnx(quantized["calibrated"], (1, 3, 32, 32))
+    spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
+    settings = MetaScheduleParams(trials=4, trials_per_task=2, trials_per_iter=2,
+                                  population=8, early_stopping=None)
+    with forced_simd(512, 32):
+        with forced_int8_dot("none"):
+            plain = compile_model(imported, DirectConv(layout="NCHWc"), TARGET,
+                                  tmp_path / "plain")
+        want = run_batch(load_vm(plain.executable_path), inputs)
+        reports = []
+        for run in ("tuned", "replayed"):
+            ctx = TuningContext(target=spec, budgets=Budgets(), work_dir=tmp_path / "db",
+                                say=lambda _line: None)
+            hook = metaschedule(settings, ctx)
+            with forced_int8_dot("reference"):
+                result = compile_model(imported, DirectConv(layout="NCHWc"),
+                                       spec.tvm_target, tmp_path / run, schedule_hook=hook)
+            np.testing.assert_array_equal(run_batch(load_vm(result.executable_path), inputs),
+                                          want)
+            reports.append(hook.report)
+    assert reports[0].trials > 0 and reports[1].trials == 0

@@ -35,6 +35,7 @@ from tvm import s_tir, te, tirx
 # the argument of every method of the algorithm contract, so it is re-exported here.
 from ..tir.conv_spec import ConvSpec, tag_conv_block
 from ..tir.layout import LAYOUT_KINDS
+from ..tir.schedule_helpers import tensorize_marked
 
 __all__ = [
     "RAW_WEIGHT",
@@ -177,6 +178,7 @@ def conv_prim_func(
     block = tag_conv_block(sch, algorithm.name, spec)
     if schedule:
         algorithm.schedule(sch, block, spec)
+        tensorize_marked(sch)
     return sch.mod["main"], arrays
 
 

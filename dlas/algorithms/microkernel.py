@@ -34,7 +34,13 @@ from tvm.runtime import DataType
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..tir.conv_spec import REGISTER_TILE_ATTR
-from ..tir.schedule_helpers import Simd, const_extent, target_simd, unroll_below
+from ..tir.schedule_helpers import (
+    TENSORIZE_ATTR,
+    Simd,
+    const_extent,
+    target_simd,
+    unroll_below,
+)
 from .base import ConvSpec
 from .blocked import blocking_of
 
@@ -161,28 +167,39 @@ def schedule_register_tile(
     *,
     unroll: Sequence[int] = (),
     fuse_reduction: bool = False,
+    dot: str | None = None,
 ) -> LoopRV:
     """Schedule `block` (an output of `stored_output` with a reduction) as the register-
     tiled micro-kernel; return the tile loop the epilogue is computed at.
 
     `unroll` indexes the reduction loops to unroll (the kernel taps of a direct conv);
-    `fuse_reduction` makes the reduction one loop first (GEMM's K).
+    `fuse_reduction` makes the reduction one loop first (GEMM's K). `dot` names a tensor
+    intrinsic over (lane, the last reduction loop), e.g. the int8 dot product
+    (`dlas.algorithms.int8_dot`): that loop then goes inside the lanes, and the lane loop
+    is marked to be tensorized once the epilogue is placed (`TENSORIZE_ATTR`), since
+    tensorizing replaces the block the compiler still needs.
     """
     writeback = None if sch.get_consumers(block) else sch.cache_write(block, 0, "local")
     loops = output_loops(sch, block, spec)
     reduction = loops.reduction
     if fuse_reduction and len(reduction) > 1:
         reduction = [sch.fuse(*reduction)]
+    dotted = reduction[-1:] if dot is not None else []
+    reduction = reduction[:len(reduction) - len(dotted)]
     taps = [reduction[i] for i in unroll if i < len(reduction)]
     oc_outer, oc_inner = tile_split(sch, loops.oc, tile.oc_inner, MAX_OC_INNER * 2)
     x_outer, cols = tile_split(sch, loops.x, tile.cols, MAX_COLS * 2)
-    sch.reorder(loops.n, oc_outer, loops.y, x_outer, *reduction, oc_inner, cols, loops.lane)
+    sch.reorder(loops.n, oc_outer, loops.y, x_outer, *reduction, oc_inner, cols, loops.lane,
+                *dotted)
     sch.parallel(sch.fuse(loops.n, oc_outer, loops.y))
-    vectorize_lane(sch, loops.lane)
+    if dot is None:
+        vectorize_lane(sch, loops.lane)
     for loop in (oc_inner, cols, *taps):
         sch.unroll(loop)
     init = sch.decompose_reduction(block, reduction[0])
     _vectorize_last(sch, init)
+    if dot is not None:  # after the split: the init's copy of the lane loop stays plain
+        sch.annotate(loops.lane, TENSORIZE_ATTR, dot)
     if writeback is None:
         sch.annotate(block, REGISTER_TILE_ATTR, 1)
     else:

@@ -32,6 +32,7 @@ from ..tir.schedule_helpers import (
     leaf_blocks,
     parallelize_block,
     root_block,
+    tensorize_marked,
     unroll_below,
     vectorize_innermost,
 )
@@ -152,6 +153,7 @@ def schedule_blocks(
     for blk, algo, spec in convs:
         at = conv_schedulers[algo](sch, blk, spec)
         schedule_epilogue(sch, blk, at, vector_bits)
+    tensorize_marked(sch)  # last: it replaces the conv blocks placed against above
     # Blocks the algorithm's schedule created (init, cache or packing stages) are its own too.
     owned.update({block_name(sch, b) for b in leaf_blocks(sch)} - before)
     # Everything else not yet under a parallel loop: inline elementwise chains, parallelize.

@@ -96,6 +96,31 @@ def leaf_blocks(sch: s_tir.Schedule) -> list[SBlockRV]:
     return list(sch.get_child_blocks(root_block(sch)))
 
 
+#: Loop annotation: tensorize this loop with the named intrinsic once the function's
+#: schedule is otherwise done (`tensorize_marked`), the name followed by "@" and the
+#: scope of the buffer the block under it writes (an accumulator turns "local" only
+#: when the compiler places the epilogue). A conv schedule marks its inner loops so:
+#: tensorizing at once would replace the conv block the compiler still places the
+#: epilogue against.
+TENSORIZE_ATTR = "dlas.tensorize"
+
+
+def tensorize_marked(sch: s_tir.Schedule) -> int:
+    """Tensorize every loop marked with `TENSORIZE_ATTR`; how many there were."""
+    marked: list[tuple[LoopRV, str]] = []
+    for block in leaf_blocks(sch):
+        for loop in sch.get_loops(block):
+            node = sch.get(loop)
+            name = node.annotations.get(TENSORIZE_ATTR)
+            if name is not None and not any(sch.get(m).same_as(node) for m, _ in marked):
+                scope = sch.get(block).writes[0].source.scope()
+                marked.append((loop, f"{name}@{scope}"))
+    for loop, name in marked:
+        sch.unannotate(loop, TENSORIZE_ATTR)
+        sch.tensorize(loop, name)
+    return len(marked)
+
+
 def block_name(sch: s_tir.Schedule, block: SBlockRV) -> str:
     return sch.get(block).name_hint
 

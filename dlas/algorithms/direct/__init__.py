@@ -11,11 +11,19 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts, blocking_of, vector_layout_reason
 from ..csr import DATA, INDICES, INDPTR, CSRFormat, block_csr_from_weight
+from ..int8_dot import (
+    COMPENSATION,
+    compensation,
+    int8_dot_kind,
+    intrinsic_name,
+    pack_dot_weight,
+)
 from .compute import (
     conv2d_nchw_direct,
     conv2d_nchw_direct_csr,
     conv2d_vector_direct,
     conv2d_vector_direct_csr,
+    conv2d_vector_direct_dot,
     pack_columns,
 )
 from .schedule import (
@@ -44,14 +52,29 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
         super().__init__(layout, block)
         self.vectorize = vectorize
 
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray] | None:
+        if int8_dot_kind(spec) is None:
+            return super().weight_constants(spec, weight_value)
+        if weight_value is None:
+            raise ValueError(f"{spec.out_layout} convs need the weight at compile time")
+        return {PACKED_WEIGHT: pack_dot_weight(spec, weight_value),
+                COMPENSATION: compensation(spec, weight_value)}
+
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if int8_dot_kind(spec) is not None:
+            return conv2d_vector_direct_dot(data, weights[PACKED_WEIGHT],
+                                            weights[COMPENSATION], spec)
         if not spec.is_nchw:
             return conv2d_vector_direct(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_direct(data, weights[RAW_WEIGHT], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        kind = int8_dot_kind(spec)
+        if kind is not None:
+            return schedule_direct_vector(sch, block, spec, dot=intrinsic_name(kind))
         if not spec.is_nchw:
             return schedule_direct_vector(sch, block, spec)
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)

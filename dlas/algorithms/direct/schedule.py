@@ -62,15 +62,18 @@ def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) ->
     return outer
 
 
-def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec,
+                           dot: str | None = None) -> LoopRV:
     """Schedule the direct conv in a vector layout as the register-tiled micro-kernel
-    (`microkernel`), kernel taps unrolled (the column taps of a plain conv; both for a
-    depthwise one, whose tap loop is the whole reduction); padding parallel. Returns the
-    tile loop the epilogue is computed at."""
+    (`microkernel`), the kernel taps of a depthwise conv unrolled (its tap loop is the
+    whole reduction); padding parallel. `dot` names the int8 dot-product intrinsic of
+    `conv2d_vector_direct_dot`'s form: its 4 input channels are the innermost loop, its
+    groups of 4 unrolled. Returns the tile loop the epilogue is computed at."""
     depthwise = blocking_of(spec).depthwise
-    parallelize_padding(sch, block, spec.data_layout_.spatial_axes[1], spec.data_dtype)
-    return schedule_register_tile(sch, block, spec, tile_for(spec),
-                                  unroll=(0, 1) if depthwise else ())
+    padded = "uint8" if dot is not None else spec.data_dtype
+    parallelize_padding(sch, block, spec.data_layout_.spatial_axes[1], padded)
+    unroll = (0, 1) if depthwise else (3,) if dot is not None else ()
+    return schedule_register_tile(sch, block, spec, tile_for(spec), unroll=unroll, dot=dot)
 
 
 def schedule_direct_vector_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec

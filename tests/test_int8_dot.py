@@ -1,0 +1,129 @@
+"""The int8 dot-product micro-kernel (`dlas.algorithms.int8_dot`): VNNI's `vpdpbusd` for
+int8 convs in NCHW16c.
+
+Both paths run on any x86 machine: the choice is forced. "reference" is the same
+compute, packing, compensation and tensorize with a plain-TIR intrinsic of the same
+description, so only the instruction itself is left to the VNNI target, whose code is
+compiled here and checked for `vpdpbusd`, and run where the CPU has VNNI.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+
+from dlas import registry
+from dlas.algorithms.base import conv_prim_func
+from dlas.algorithms.int8_dot import (
+    compensation,
+    dot_shape_reason,
+    forced_int8_dot,
+    int8_dot_kind,
+    pack_dot_weight,
+    target_has_vnni,
+)
+from dlas.targets.host import host_target
+from dlas.tir.layout import DataLayout
+from dlas.tir.schedule_helpers import forced_simd
+
+from .test_layouts import CONVS, TARGET, Conv, compare, laid_out, operands, reference, run_conv
+
+BLOCKED = DataLayout("NCHWc", 16)
+INT8_DTYPES = {"i8": ("int8", "int8", "int32"), "u8": ("uint8", "int8", "int32")}
+#: The random convs' plain ones, and what they lack: dilation, a wide 1x1, stride 2 on 1x1.
+DOT_CONVS = [c for c in CONVS if not c.depthwise] + [
+    Conv(40, 24, 9, 9, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), False),
+    Conv(72, 36, 5, 6, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False),
+    Conv(16, 48, 8, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False)]
+HOST_HAS_VNNI = target_has_vnni(tvm.target.Target(host_target()))
+
+
+def _vnni_target(mcpu: str = "cascadelake") -> tvm.target.Target:
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+
+
+@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
+def test_random_int8_convs_through_the_dot_product_match_pytorch(dtypes: str) -> None:
+    """Exact int32 results, with the extremes of int8 data (-128, 127) in the operands."""
+    for i, conv in enumerate(DOT_CONVS):
+        spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES[dtypes])
+        x, w = operands(conv, spec, seed=100 + i)
+        with forced_simd(512, 32), forced_int8_dot("reference"):
+            assert int8_dot_kind(spec) == "reference"
+            got = run_conv("direct", spec, x, w)
+        try:
+            compare(conv, spec, got, reference(conv, spec, x, w))
+        except AssertionError as err:
+            raise AssertionError(f"dot product {dtypes}: {conv}\n{err}") from None
+
+
+def test_the_choice_follows_the_targets_vnni_not_this_machine() -> None:
+    spec = laid_out(Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
+                    BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+    for mcpu, expected in [("cascadelake", "vnni"), ("znver4", "vnni"),
+                           ("skylake-avx512", None), ("znver1", None)]:
+        with _vnni_target(mcpu):
+            assert int8_dot_kind(spec) == expected, mcpu
+    with _vnni_target(), forced_int8_dot("none"):
+        assert int8_dot_kind(spec) is None
+    with forced_int8_dot("reference"):
+        assert int8_dot_kind(spec) == "reference"
+    assert int8_dot_kind(spec) == ("vnni" if HOST_HAS_VNNI else None)  # forcing is undone
+
+
+def test_convs_the_dot_product_cannot_take_keep_the_plain_path() -> None:
+    plain = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
+    depthwise = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True)
+    cases = {
+        "float": laid_out(plain, BLOCKED, BLOCKED),
+        "NCHW8c": laid_out(plain, DataLayout("NCHWc", 8), DataLayout("NCHWc", 8),
+                           dtypes=INT8_DTYPES["i8"]),
+        "NHWC": laid_out(plain, DataLayout("NHWC"), DataLayout("NHWC"),
+                         dtypes=INT8_DTYPES["i8"]),
+        "NCHW in": laid_out(plain, DataLayout("NCHW"), BLOCKED, dtypes=INT8_DTYPES["i8"]),
+        "depthwise": laid_out(depthwise, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"]),
+    }
+    with forced_int8_dot("reference"):
+        for name, spec in cases.items():
+            assert dot_shape_reason(spec) is not None, name
+            assert int8_dot_kind(spec) is None, name
+
+
+def test_weights_are_packed_16_lanes_by_4_inputs_and_compensated() -> None:
+    conv = Conv(32, 16, 4, 4, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
+    spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+    w = np.random.default_rng(0).integers(-128, 128, spec.weight_shape).astype("int8")
+    packed = pack_dot_weight(spec, w)
+    assert packed.shape == (1, 2, 3, 3, 4, 16, 4)
+    # [oc block, input block, ky, kx, group of 4, lane, input in group]
+    assert packed[0, 1, 2, 0, 3, 5, 2] == w[5, 16 + 3 * 4 + 2, 2, 0]
+    np.testing.assert_array_equal(compensation(spec, w),
+                                  -128 * w.astype(np.int64).reshape(16, -1).sum(axis=1))
+    unsigned = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["u8"])
+    assert not compensation(unsigned, w).any()  # uint8 data is read as it is
+
+
+def test_the_vnni_kernel_compiles_to_vpdpbusd() -> None:
+    """TVM's own `dot_16x4_vnni` fails in LLVM's IR verifier with this TVM; dlas's
+    compiles, one `vpdpbusd` per (tile accumulator, group of 4 inputs) step."""
+    conv = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
+    spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+    _, w = operands(conv, spec, seed=0)
+    algorithm = registry.create("algorithms", "direct", {"layout": "NCHWc"})
+    target = _vnni_target()
+    with target:
+        func, _ = conv_prim_func(algorithm, spec, w)
+    lib = tvm.compile(func, target=target)
+    assert "vpdpbusd" in lib.mod.inspect_source("asm")
+
+
+@pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX512-VNNI")
+@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
+def test_vnni_on_this_cpu_matches_pytorch(dtypes: str) -> None:
+    for i, conv in enumerate(DOT_CONVS):
+        spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES[dtypes])
+        x, w = operands(conv, spec, seed=200 + i)
+        with TARGET:
+            assert int8_dot_kind(spec) == "vnni"
+        compare(conv, spec, run_conv("direct", spec, x, w), reference(conv, spec, x, w))
