@@ -1,10 +1,10 @@
-"""The int8 dot-product micro-kernel (`dlas.algorithms.int8_dot`): VNNI's `vpdpbusd` for
-int8 convs in NCHW16c.
+"""The int8 dot-product micro-kernels (`dlas.algorithms.int8_dot`): VNNI's `vpdpbusd` for
+int8 convs in NCHW16c, AVX2's `vpmaddubsw` + `vpmaddwd` in NCHW8c.
 
-Both paths run on any x86 machine: the choice is forced. "reference" is the same
+Every path runs on any x86 machine: the choice is forced. "reference" is the same
 compute, packing, compensation and tensorize with a plain-TIR intrinsic of the same
-description, so only the instruction itself is left to the VNNI target, whose code is
-compiled here and checked for `vpdpbusd`, and run where the CPU has VNNI.
+description, so only the instructions are left to their targets, whose code is compiled
+here and checked for them, and run where the CPU has them.
 """
 
 from __future__ import annotations
@@ -30,46 +30,69 @@ from dlas.tir.schedule_helpers import forced_simd
 from .test_layouts import CONVS, TARGET, Conv, compare, laid_out, operands, reference, run_conv
 
 BLOCKED = DataLayout("NCHWc", 16)
+#: lanes -> (vector unit the schedules are shaped for, NCHWc of that block)
+PATHS = {16: (512, 32), 8: (256, 16)}
 INT8_DTYPES = {"i8": ("int8", "int8", "int32"), "u8": ("uint8", "int8", "int32")}
 #: The random convs' plain ones, and what they lack: dilation, a wide 1x1, stride 2 on 1x1.
 DOT_CONVS = [c for c in CONVS if not c.depthwise] + [
     Conv(40, 24, 9, 9, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), False),
     Conv(72, 36, 5, 6, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False),
     Conv(16, 48, 8, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False)]
-HOST_HAS_VNNI = target_has_vnni(tvm.target.Target(host_target()))
+HOST = tvm.target.Target(host_target())
+HOST_HAS_VNNI = target_has_vnni(HOST)
+HOST_HAS_AVX2 = "avx2" in {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(HOST)}
+
+
+def _seven_bit(w: np.ndarray) -> np.ndarray:
+    """Weights within +-64, as dlas's int8 compression writes them on CPUs without VNNI."""
+    return np.clip(w, -64, 64)
 
 
 def _vnni_target(mcpu: str = "cascadelake") -> tvm.target.Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
 
 
+@pytest.mark.parametrize("lanes", sorted(PATHS))
 @pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
-def test_random_int8_convs_through_the_dot_product_match_pytorch(dtypes: str) -> None:
-    """Exact int32 results, with the extremes of int8 data (-128, 127) in the operands."""
+def test_random_int8_convs_through_the_dot_product_match_pytorch(dtypes: str,
+                                                                 lanes: int) -> None:
+    """Exact int32 results, with the extremes of int8 (-128, 127) in data and weights."""
+    blocked = DataLayout("NCHWc", lanes)
     for i, conv in enumerate(DOT_CONVS):
-        spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES[dtypes])
+        spec = laid_out(conv, blocked, blocked, dtypes=INT8_DTYPES[dtypes])
         x, w = operands(conv, spec, seed=100 + i)
-        with forced_simd(512, 32), forced_int8_dot("reference"):
-            assert int8_dot_kind(spec) == "reference"
+        with forced_simd(*PATHS[lanes]), forced_int8_dot("reference"):
+            assert int8_dot_kind(spec, w) == "reference"
             got = run_conv("direct", spec, x, w)
         try:
             compare(conv, spec, got, reference(conv, spec, x, w))
         except AssertionError as err:
-            raise AssertionError(f"dot product {dtypes}: {conv}\n{err}") from None
+            raise AssertionError(f"dot product {dtypes} x{lanes}: {conv}\n{err}") from None
 
 
-def test_the_choice_follows_the_targets_vnni_not_this_machine() -> None:
-    spec = laid_out(Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False),
-                    BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+def test_the_choice_follows_the_targets_features_and_the_weights() -> None:
+    conv = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
+    wide = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+    narrow = laid_out(conv, DataLayout("NCHWc", 8), DataLayout("NCHWc", 8),
+                      dtypes=INT8_DTYPES["i8"])
+    _, w8 = operands(conv, wide, seed=0)  # 8-bit weights: -128..127
+    w7 = _seven_bit(w8)
     for mcpu, expected in [("cascadelake", "vnni"), ("znver4", "vnni"),
                            ("skylake-avx512", None), ("znver1", None)]:
         with _vnni_target(mcpu):
-            assert int8_dot_kind(spec) == expected, mcpu
+            assert int8_dot_kind(wide, w8) == expected, mcpu
+    for mcpu, expected in [("znver1", "avx2"), ("haswell", "avx2"), ("cascadelake", None),
+                           ("sandybridge", None)]:
+        with _vnni_target(mcpu):
+            assert int8_dot_kind(narrow, w7) == expected, mcpu
+    with _vnni_target("znver1"):  # vpmaddubsw would saturate on 8-bit weights
+        assert int8_dot_kind(narrow, w8) is None
     with _vnni_target(), forced_int8_dot("none"):
-        assert int8_dot_kind(spec) is None
+        assert int8_dot_kind(wide, w8) is None
     with forced_int8_dot("reference"):
-        assert int8_dot_kind(spec) == "reference"
-    assert int8_dot_kind(spec) == ("vnni" if HOST_HAS_VNNI else None)  # forcing is undone
+        assert int8_dot_kind(wide, w8) == "reference"
+    with HOST:  # forcing is undone
+        assert int8_dot_kind(wide, w8) == ("vnni" if HOST_HAS_VNNI else None)
 
 
 def test_convs_the_dot_product_cannot_take_keep_the_plain_path() -> None:
@@ -77,7 +100,7 @@ def test_convs_the_dot_product_cannot_take_keep_the_plain_path() -> None:
     depthwise = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), True)
     cases = {
         "float": laid_out(plain, BLOCKED, BLOCKED),
-        "NCHW8c": laid_out(plain, DataLayout("NCHWc", 8), DataLayout("NCHWc", 8),
+        "NCHW4c": laid_out(plain, DataLayout("NCHWc", 4), DataLayout("NCHWc", 4),
                            dtypes=INT8_DTYPES["i8"]),
         "NHWC": laid_out(plain, DataLayout("NHWC"), DataLayout("NHWC"),
                          dtypes=INT8_DTYPES["i8"]),
@@ -86,8 +109,9 @@ def test_convs_the_dot_product_cannot_take_keep_the_plain_path() -> None:
     }
     with forced_int8_dot("reference"):
         for name, spec in cases.items():
+            w = np.ones(spec.weight_shape, "int8")
             assert dot_shape_reason(spec) is not None, name
-            assert int8_dot_kind(spec) is None, name
+            assert int8_dot_kind(spec, w) is None, name
 
 
 def test_weights_are_packed_16_lanes_by_4_inputs_and_compensated() -> None:
@@ -104,18 +128,22 @@ def test_weights_are_packed_16_lanes_by_4_inputs_and_compensated() -> None:
     assert not compensation(unsigned, w).any()  # uint8 data is read as it is
 
 
-def test_the_vnni_kernel_compiles_to_vpdpbusd() -> None:
+@pytest.mark.parametrize(("mcpu", "lanes", "instruction"),
+                         [("cascadelake", 16, "vpdpbusd"), ("znver1", 8, "vpmaddubsw")])
+def test_each_kernel_compiles_to_its_instruction(mcpu: str, lanes: int,
+                                                 instruction: str) -> None:
     """TVM's own `dot_16x4_vnni` fails in LLVM's IR verifier with this TVM; dlas's
-    compiles, one `vpdpbusd` per (tile accumulator, group of 4 inputs) step."""
+    kernels compile, one instruction per (tile accumulator, group of 4 inputs) step."""
+    blocked = DataLayout("NCHWc", lanes)
     conv = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
-    spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES["i8"])
+    spec = laid_out(conv, blocked, blocked, dtypes=INT8_DTYPES["i8"])
     _, w = operands(conv, spec, seed=0)
     algorithm = registry.create("algorithms", "direct", {"layout": "NCHWc"})
-    target = _vnni_target()
+    target = _vnni_target(mcpu)
     with target:
-        func, _ = conv_prim_func(algorithm, spec, w)
+        func, _ = conv_prim_func(algorithm, spec, _seven_bit(w))
     lib = tvm.compile(func, target=target)
-    assert "vpdpbusd" in lib.mod.inspect_source("asm")
+    assert instruction in lib.mod.inspect_source("asm")
 
 
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX512-VNNI")
@@ -125,5 +153,22 @@ def test_vnni_on_this_cpu_matches_pytorch(dtypes: str) -> None:
         spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES[dtypes])
         x, w = operands(conv, spec, seed=200 + i)
         with TARGET:
-            assert int8_dot_kind(spec) == "vnni"
+            assert int8_dot_kind(spec, w) == "vnni"
+        compare(conv, spec, run_conv("direct", spec, x, w), reference(conv, spec, x, w))
+
+
+@pytest.mark.skipif(HOST_HAS_VNNI or not HOST_HAS_AVX2,
+                    reason="the AVX2 kernel is chosen on CPUs with AVX2 and no VNNI")
+@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
+def test_avx2_on_this_cpu_matches_pytorch(dtypes: str) -> None:
+    """The real `vpmaddubsw` path, 7-bit weights at both extremes (+-64) with uint8
+    data up to 255: the int16 pair sums come as close to saturating as they can."""
+    blocked = DataLayout("NCHWc", 8)
+    for i, conv in enumerate(DOT_CONVS):
+        spec = laid_out(conv, blocked, blocked, dtypes=INT8_DTYPES[dtypes])
+        x, w = operands(conv, spec, seed=300 + i)
+        w = _seven_bit(w)
+        w[:, :, 0, 0], w[:, :, -1, -1] = 64, -64  # pairs of +-64 x 255: 32640 < 2^15
+        with TARGET:
+            assert int8_dot_kind(spec, w) == "avx2"
         compare(conv, spec, run_conv("direct", spec, x, w), reference(conv, spec, x, w))

@@ -17,8 +17,10 @@ from ..int8_dot import (
     int8_dot_kind,
     intrinsic_name,
     pack_dot_weight,
+    target_dot_kind,
 )
 from .compute import (
+    VECTOR_DOT_NAME,
     conv2d_nchw_direct,
     conv2d_nchw_direct_csr,
     conv2d_vector_direct,
@@ -54,17 +56,17 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray] | None:
-        if int8_dot_kind(spec) is None:
+        """The int8 dot-product form's packing where the target has a kernel for it and
+        the weights suit it (`int8_dot_kind`); compute and schedule follow this choice."""
+        if weight_value is None or int8_dot_kind(spec, weight_value) is None:
             return super().weight_constants(spec, weight_value)
-        if weight_value is None:
-            raise ValueError(f"{spec.out_layout} convs need the weight at compile time")
         return {PACKED_WEIGHT: pack_dot_weight(spec, weight_value),
                 COMPENSATION: compensation(spec, weight_value)}
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
-        if int8_dot_kind(spec) is not None:
+        if COMPENSATION in weights:
             return conv2d_vector_direct_dot(data, weights[PACKED_WEIGHT],
                                             weights[COMPENSATION], spec)
         if not spec.is_nchw:
@@ -72,9 +74,13 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
         return conv2d_nchw_direct(data, weights[RAW_WEIGHT], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
-        kind = int8_dot_kind(spec)
-        if kind is not None:
-            return schedule_direct_vector(sch, block, spec, dot=intrinsic_name(kind))
+        if sch.get(block).name_hint == VECTOR_DOT_NAME:
+            kind = target_dot_kind(spec)
+            if kind is None:
+                raise ValueError(f"{spec} was computed for an int8 dot product that the "
+                                 "target scheduling it lacks")
+            lanes = blocking_of(spec).out_block
+            return schedule_direct_vector(sch, block, spec, dot=intrinsic_name(kind, lanes))
         if not spec.is_nchw:
             return schedule_direct_vector(sch, block, spec)
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)

@@ -133,14 +133,18 @@ def conv2d_vector_direct(data: te.Tensor, packed: te.Tensor, spec: ConvSpec) -> 
     return stored_output(spec, fconv, VECTOR_CONV_NAME)
 
 
+#: Name of the int8 dot-product form's conv block (`conv2d_vector_direct_dot`).
+VECTOR_DOT_NAME = "conv2d_direct_vector_dot"
+
+
 def conv2d_vector_direct_dot(data: te.Tensor, packed: te.Tensor, start: te.Tensor,
                              spec: ConvSpec) -> te.Tensor:
-    """The direct conv in NCHW16c over int8 data, shaped for the 16x4 int8 dot product
-    (`dlas.algorithms.int8_dot`): the input read as uint8, the weight packed
-    `[O/16, C/chunk, KH, KW, chunk/4, 16, 4]`, each sum started at its channel's
+    """The direct conv in NCHW<lanes>c over int8 data, shaped for the lanes x 4 int8 dot
+    product (`dlas.algorithms.int8_dot`): the input read as uint8, the weight packed
+    `[O/lanes, C/chunk, KH, KW, chunk/4, lanes, 4]`, each sum started at its channel's
     compensation `start`:
 
-        out[n, oc, y, x, lane] = start[oc*16 + lane]
+        out[n, oc, y, x, lane] = start[oc*lanes + lane]
             + sum_{ic, ky, kx, g, k} u8in[n, ic, y*sh + ky*dh, x*sw + kx*dw, 4g + k]
                                      * packed[oc, ic, ky, kx, g, lane, k]
 
@@ -171,7 +175,7 @@ def dot_conv_kernel(spec: ConvSpec, shifted: te.Tensor, packed: te.Tensor,
              T.match_buffer(handles[1], packed.shape, packed.dtype),
              T.match_buffer(handles[2], start.shape, "int32"),
              T.match_buffer(handles[3], spec.stored_out_shape, "int32")])
-        with T.grid(*extents) as loops, T.sblock(VECTOR_CONV_NAME):
+        with T.grid(*extents) as loops, T.sblock(VECTOR_DOT_NAME):
             IRBuilder.name_many(names, loops)
             axes = IRBuilder.name_many([f"v{name}" for name in names],
                                        T.axis.remap("SSSSSRRRRR", loops))
