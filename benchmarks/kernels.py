@@ -11,9 +11,9 @@ the same thing. Three phases, one workspace:
    `--trials` (time-share allocation), and for ResNet18 also `--resnet-trials`;
 3. `dlas profile` of the tuned points: each conv's share of the roofline;
 4. with `--int8`: the models quantized to int8 (ONNX Runtime's static quantization),
-   direct in NCHW and in NCHWc, beside ONNX Runtime's int8. On a CPU with AVX512-VNNI
-   the NCHWc convs run on `vpdpbusd` (`dlas.algorithms.int8_dot`); elsewhere on the
-   plain int8 path, and the table says which.
+   direct in NCHW and in NCHWc, beside ONNX Runtime's int8. The NCHWc convs run on the
+   CPU's integer dot product (`dlas.algorithms.int8_dot`: `vpdpbusd` with AVX512-VNNI,
+   `vpmaddubsw` with AVX2), and the table says which.
 
 Printed per model: every variant's median, its ratio to ONNX Runtime and to the same
 algorithm in NCHW (the paper's layout), compile seconds, and the placement the row was
@@ -148,12 +148,14 @@ def untuned_table(table: list[Any], models: list[str]) -> tuple[list[dict], dict
 def int8_table(table: list[Any], models: list[str]) -> list[dict]:
     """Print phase 4: int8 direct per layout against ONNX Runtime's int8 and NCHW."""
     import tvm
+    from tvm.target.codegen import llvm_get_cpu_features
 
-    from dlas.algorithms.int8_dot import target_has_vnni
     from dlas.targets.host import host_target
 
-    kernel = ("vpdpbusd (AVX512-VNNI)" if target_has_vnni(tvm.target.Target(host_target()))
-              else "plain int8 (no VNNI on this CPU)")
+    features = {str(f) for f in llvm_get_cpu_features(tvm.target.Target(host_target()))}
+    kernel = ("vpdpbusd (AVX512-VNNI, NCHW16c)" if "avx512vnni" in features
+              else "vpmaddubsw + vpmaddwd (AVX2, NCHW8c, 7-bit weights)" if "avx2" in features
+              else "the plain int8 path (neither VNNI nor AVX2)")
     print(f"\nint8, NCHWc convs on {kernel}")
     print(f"{'model':<12} {'variant':<28} {'ms':>8} {'vs ORT':>7} {'vs NCHW':>8} "
           f"{'placement':>9}")

@@ -42,6 +42,8 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
     Computes every conv kind (strides, padding, dilation, grouped, depthwise) in NCHW,
     which is why other algorithms fall back to it, and plain and depthwise convs in the
     vector layouts (NHWC, NCHWc), where its schedule is the register-tiled micro-kernel.
+    int8 convs in NCHWc run on the CPU's integer dot product where it has one
+    (`dlas.algorithms.int8_dot`: VNNI, or AVX2 for 7-bit weights).
     `vectorize=False` keeps only the thread parallelism of the NCHW schedule (no SIMD over
     the output width): about 8x slower on a CIFAR ResNet18 with AVX-512, useful to
     separate the two effects.
