@@ -148,11 +148,11 @@ def untuned_table(table: list[Any], models: list[str]) -> tuple[list[dict], dict
 def int8_table(table: list[Any], models: list[str]) -> list[dict]:
     """Print phase 4: int8 direct per layout against ONNX Runtime's int8 and NCHW."""
     import tvm
-    from tvm.target.codegen import llvm_get_cpu_features
 
     from dlas.targets.host import host_target
+    from dlas.tir.schedule_helpers import target_features
 
-    features = {str(f) for f in llvm_get_cpu_features(tvm.target.Target(host_target()))}
+    features = target_features(tvm.target.Target(host_target()))
     kernel = ("vpdpbusd (AVX512-VNNI, NCHW16c)" if "avx512vnni" in features
               else "vpmaddubsw + vpmaddwd (AVX2, NCHW8c, 7-bit weights)" if "avx2" in features
               else "the plain int8 path (neither VNNI nor AVX2)")

@@ -25,9 +25,17 @@ from dlas.algorithms.int8_dot import (
 )
 from dlas.targets.host import host_target
 from dlas.tir.layout import DataLayout
-from dlas.tir.schedule_helpers import forced_simd
+from dlas.tir.schedule_helpers import forced_simd, target_features
 
-from .test_layouts import CONVS, TARGET, Conv, compare, laid_out, operands, reference, run_conv
+from .test_layouts import (
+    CONVS,
+    TARGET,
+    Conv,
+    check_against_pytorch,
+    laid_out,
+    operands,
+    run_conv,
+)
 
 BLOCKED = DataLayout("NCHWc", 16)
 #: lanes -> (vector unit the schedules are shaped for, NCHWc of that block)
@@ -40,7 +48,7 @@ DOT_CONVS = [c for c in CONVS if not c.depthwise] + [
     Conv(16, 48, 8, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False)]
 HOST = tvm.target.Target(host_target())
 HOST_HAS_VNNI = target_has_vnni(HOST)
-HOST_HAS_AVX2 = "avx2" in {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(HOST)}
+HOST_HAS_AVX2 = "avx2" in target_features(HOST)
 
 
 def _seven_bit(w: np.ndarray) -> np.ndarray:
@@ -64,10 +72,7 @@ def test_random_int8_convs_through_the_dot_product_match_pytorch(dtypes: str,
         with forced_simd(*PATHS[lanes]), forced_int8_dot("reference"):
             assert int8_dot_kind(spec, w) == "reference"
             got = run_conv("direct", spec, x, w)
-        try:
-            compare(conv, spec, got, reference(conv, spec, x, w))
-        except AssertionError as err:
-            raise AssertionError(f"dot product {dtypes} x{lanes}: {conv}\n{err}") from None
+        check_against_pytorch(conv, spec, got, x, w, f"dot product {dtypes} x{lanes}")
 
 
 def test_the_choice_follows_the_targets_features_and_the_weights() -> None:
@@ -154,7 +159,8 @@ def test_vnni_on_this_cpu_matches_pytorch(dtypes: str) -> None:
         x, w = operands(conv, spec, seed=200 + i)
         with TARGET:
             assert int8_dot_kind(spec, w) == "vnni"
-        compare(conv, spec, run_conv("direct", spec, x, w), reference(conv, spec, x, w))
+        check_against_pytorch(conv, spec, run_conv("direct", spec, x, w), x, w,
+                              f"vpdpbusd {dtypes}")
 
 
 @pytest.mark.skipif(HOST_HAS_VNNI or not HOST_HAS_AVX2,
@@ -171,4 +177,5 @@ def test_avx2_on_this_cpu_matches_pytorch(dtypes: str) -> None:
         w[:, :, 0, 0], w[:, :, -1, -1] = 64, -64  # pairs of +-64 x 255: 32640 < 2^15
         with TARGET:
             assert int8_dot_kind(spec, w) == "avx2"
-        compare(conv, spec, run_conv("direct", spec, x, w), reference(conv, spec, x, w))
+        check_against_pytorch(conv, spec, run_conv("direct", spec, x, w), x, w,
+                              f"vpmaddubsw {dtypes}")

@@ -152,6 +152,15 @@ def compare(conv: Conv, spec: ConvSpec, got: np.ndarray, ref: np.ndarray) -> Non
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * scale)
 
 
+def check_against_pytorch(conv: Conv, spec: ConvSpec, got: np.ndarray, x: np.ndarray,
+                          w: np.ndarray, label: str) -> None:
+    """`compare` against PyTorch's conv, the case named in a failure."""
+    try:
+        compare(conv, spec, got, reference(conv, spec, x, w))
+    except AssertionError as err:
+        raise AssertionError(f"{label}: {conv}\n{err}") from None
+
+
 def layouts_of(case: str, block: int, conv: Conv) -> tuple[DataLayout, DataLayout]:
     blocked = DataLayout("NCHWc", block)
     if case == "NHWC":
@@ -171,10 +180,7 @@ def test_random_convs_match_pytorch(path: str, name: str, case: str) -> None:
         x, w = operands(conv, spec, seed=i)
         with forced_simd(simd.bits, simd.registers):
             got = run_conv(name, spec, x, w)
-        try:
-            compare(conv, spec, got, reference(conv, spec, x, w))
-        except AssertionError as err:
-            raise AssertionError(f"{name} {case} {path}: {conv}\n{err}") from None
+        check_against_pytorch(conv, spec, got, x, w, f"{name} {case} {path}")
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -191,10 +197,7 @@ def test_random_sparse_convs_in_vector_csr(path: str, case: str) -> None:
         w[:block] = 0
         with forced_simd(simd.bits, simd.registers):
             got = run_conv("direct_csr", spec, x, w)
-        try:
-            compare(conv, spec, got, reference(conv, spec, x, w))
-        except AssertionError as err:
-            raise AssertionError(f"direct_csr {case} {path}: {conv}\n{err}") from None
+        check_against_pytorch(conv, spec, got, x, w, f"direct_csr {case} {path}")
 
 
 def test_block_csr_skips_columns_the_whole_vector_pruned() -> None:

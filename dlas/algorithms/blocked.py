@@ -104,12 +104,15 @@ def pack_weight(spec: ConvSpec, weight: np.ndarray) -> np.ndarray:
 
 
 def pad_stored(data: te.Tensor, layout: DataLayout, padding: tuple[int, int, int, int],
-               extra: tuple[int, int] = (0, 0)) -> te.Tensor:
+               extra: tuple[int, int] = (0, 0),
+               convert: Callable[[tirx.Expr], tirx.Expr] | None = None) -> te.Tensor:
     """Zero-pad the H and W axes of a stored tensor (no-op without padding); `extra`
-    adds rows/columns at the bottom/right for tiles that overhang the image."""
+    adds rows/columns at the bottom/right for tiles that overhang the image. `convert`
+    maps every element, padding included, in the same stage (always a stage then: the
+    int8 dot product's shift to uint8)."""
     pt, pl, pb, pr = padding
     pb, pr = pb + extra[0], pr + extra[1]
-    if not any((pt, pl, pb, pr)):
+    if not any((pt, pl, pb, pr)) and convert is None:
         return data
     hy, wx = layout.spatial_axes
     shape = [int(v) for v in data.shape]
@@ -122,7 +125,8 @@ def pad_stored(data: te.Tensor, layout: DataLayout, padding: tuple[int, int, int
         src = list(idx)
         src[hy], src[wx] = yi - pt, xi - pl
         inside = tirx.all(yi >= pt, yi < pt + h, xi >= pl, xi < pl + w)
-        return tirx.if_then_else(inside, data[tuple(src)], zero)
+        value = tirx.if_then_else(inside, data[tuple(src)], zero)
+        return value if convert is None else convert(value)
 
     return te.compute(tuple(shape), fpad, name=PAD_NAME)
 

@@ -45,10 +45,10 @@ import numpy as np
 from tvm import te, tirx
 from tvm.script import tirx as T
 from tvm.target import Target
-from tvm.target.codegen import llvm_get_cpu_features
 
+from ..tir.schedule_helpers import target_features
 from .base import ConvSpec
-from .blocked import PAD_NAME, blocking_of, pad_stored
+from .blocked import blocking_of, pad_stored
 
 Int8DotKind = Literal["vnni", "avx2", "reference"]
 
@@ -77,17 +77,10 @@ def forced_int8_dot(kind: Int8DotKind | Literal["none"]) -> Iterator[None]:
         _FORCED.reset(token)
 
 
-def _target_features(target: Target | None = None) -> frozenset[str]:
-    target = target if target is not None else Target.current(allow_none=True)
-    if target is None or target.kind.name != "llvm":
-        return frozenset()
-    return frozenset(str(f) for f in llvm_get_cpu_features(target))
-
-
 def target_has_vnni(target: Target | None = None) -> bool:
     """Whether `target` (default: the current one) is an x86 LLVM target with
     AVX512-VNNI."""
-    return "avx512vnni" in _target_features(target)
+    return "avx512vnni" in target_features(target)
 
 
 def dot_shape_reason(spec: ConvSpec) -> str | None:
@@ -112,7 +105,7 @@ def target_dot_kind(spec: ConvSpec) -> Int8DotKind | None:
     forced = _FORCED.get()
     if forced is not None:
         return None if forced == "none" else forced
-    features = _target_features()
+    features = target_features()
     lanes = blocking_of(spec).out_block
     if "avx512vnni" in features:
         return "vnni" if lanes == KERNEL_LANES["vnni"] else None
@@ -159,20 +152,8 @@ def dot_input(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
     the padding stage (padding included: 0 becomes 128), uint8 data only padded."""
     if spec.data_dtype == "uint8":
         return pad_stored(data, spec.data_layout_, spec.padding)
-    pt, pl, pb, pr = spec.padding
-    hy, wx = spec.data_layout_.spatial_axes
-    shape = [int(v) for v in data.shape]
-    h, w = shape[hy], shape[wx]
-    shape[hy], shape[wx] = h + pt + pb, w + pl + pr
-
-    def fshift(*idx: tirx.Var) -> tirx.Expr:
-        src = list(idx)
-        src[hy], src[wx] = idx[hy] - pt, idx[wx] - pl
-        inside = tirx.all(idx[hy] >= pt, idx[hy] < pt + h, idx[wx] >= pl, idx[wx] < pl + w)
-        value = tirx.if_then_else(inside, data[tuple(src)], tirx.const(0, "int8"))
-        return (value.astype("int32") + SHIFT).astype("uint8")
-
-    return te.compute(tuple(shape), fshift, name=PAD_NAME)
+    return pad_stored(data, spec.data_layout_, spec.padding,
+                      convert=lambda x: (x.astype("int32") + SHIFT).astype("uint8"))
 
 
 def compensation(spec: ConvSpec, weight: np.ndarray) -> np.ndarray:
@@ -200,16 +181,14 @@ def _register() -> None:
         return
     from tvm.s_tir import TensorIntrin
 
+    builders = {"vnni": _vnni, "avx2": _avx2}
     for scope in SCOPES:
-        for lanes in sorted(set(KERNEL_LANES.values())):
-            kernels = {"reference": _reference(lanes, scope)}
-            if lanes == KERNEL_LANES["vnni"]:
-                kernels["vnni"] = _vnni(scope)
-            if lanes == KERNEL_LANES["avx2"]:
-                kernels["avx2"] = _avx2(scope)
-            for kind, kernel in kernels.items():
-                TensorIntrin.register(f"{INTRIN_PREFIX}{kind}_{lanes}x4@{scope}",
-                                      _description(lanes, scope), kernel, override=True)
+        for kind, lanes in KERNEL_LANES.items():
+            desc = _description(lanes, scope)
+            for name, kernel in ((kind, builders[kind](scope)),
+                                 ("reference", _reference(lanes, scope))):
+                TensorIntrin.register(f"{INTRIN_PREFIX}{name}_{lanes}x4@{scope}", desc,
+                                      kernel, override=True)
     _registered = True
 
 

@@ -57,6 +57,15 @@ def forced_simd(bits: int, registers: int) -> Iterator[None]:
         _FORCED.reset(token)
 
 
+def target_features(target: Target | None = None) -> frozenset[str]:
+    """The LLVM CPU features of `target` (default: the current one); none for a target
+    that is not LLVM or no target."""
+    target = target if target is not None else Target.current(allow_none=True)
+    if target is None or target.kind.name != "llvm":
+        return frozenset()
+    return frozenset(str(f) for f in llvm_get_cpu_features(target))
+
+
 def target_simd(target: Target | None = None) -> Simd:
     """The SIMD unit of `target` (default: the current one; the compiler schedules inside
     `with target`).
@@ -74,7 +83,7 @@ def target_simd(target: Target | None = None) -> Simd:
         return Simd(DEFAULT_VECTOR_BITS, 16)
     triple = str(target.attrs.get("mtriple", "") or "") or llvm_get_system_triple()
     if triple.startswith(("x86_64", "i686", "i386")):
-        features = {str(f) for f in llvm_get_cpu_features(target)}
+        features = target_features(target)
         if "avx512f" in features:
             return Simd(512, 32)
         return Simd(256 if "avx" in features else 128, 16)
