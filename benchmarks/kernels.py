@@ -11,8 +11,9 @@ the same thing. Three phases, one workspace:
    `--trials` (time-share allocation), and for ResNet18 also `--resnet-trials`;
 3. `dlas profile` of the tuned points: each conv's share of the roofline;
 4. with `--int8`: the models quantized to int8 (ONNX Runtime's static quantization),
-   direct in NCHW and in NCHWc, beside ONNX Runtime's int8. The NCHWc convs run on the
-   CPU's integer dot product (`dlas.algorithms.int8_dot`: `vpdpbusd` with AVX512-VNNI,
+   direct, GEMM and spatial pack in NCHW and in NCHWc, beside ONNX Runtime's int8. The
+   NCHWc convs run on the CPU's integer dot product (`dlas.algorithms.dot_conv`,
+   `dlas.algorithms.int8_dot`: `vpdpbusd` with AVX512-VNNI,
    `vpmaddubsw` with AVX2), and the table says which.
 
 Printed per model: every variant's median, its ratio to ONNX Runtime and to the same
@@ -146,7 +147,8 @@ def untuned_table(table: list[Any], models: list[str]) -> tuple[list[dict], dict
 
 
 def int8_table(table: list[Any], models: list[str]) -> list[dict]:
-    """Print phase 4: int8 direct per layout against ONNX Runtime's int8 and NCHW."""
+    """Print phase 4: int8 per algorithm and layout against ONNX Runtime's int8 and the
+    same algorithm in NCHW."""
     import tvm
 
     from dlas.targets.host import host_target
@@ -163,14 +165,16 @@ def int8_table(table: list[Any], models: list[str]) -> list[dict]:
     for model in models:
         mine = [r for r in table if model_of(r) == model and r.status == "ok"]
         ort = next((r for r in mine if r.tuning == "onnxruntime"), None)
-        nchw = next((r for r in mine if r.tuning == "none" and r.algorithm == "direct"), None)
+        nchw = {r.algorithm: r.latency_median_ms for r in mine
+                if r.tuning == "none" and "layout" not in r.algorithm}
         if ort is not None:
             print(f"{model:<12} {'ONNX Runtime int8':<28} {ort.latency_median_ms:>8.3f} "
                   f"{'':>7} {'':>8} {ort.placement or '-':>9}")
         for row in (r for r in mine if r.tuning == "none"):
             ms = row.latency_median_ms
             vs_ort = ms / ort.latency_median_ms if ort else None
-            vs_nchw = ms / nchw.latency_median_ms if nchw else None
+            base = nchw.get(row.algorithm.split("(")[0])
+            vs_nchw = ms / base if base else None
             print(f"{model:<12} {row.algorithm:<28} {ms:>8.3f} {_ratio(vs_ort):>7} "
                   f"{_ratio(vs_nchw):>8} {row.placement or '-':>9}")
             records.append({"model": model, "variant": row.algorithm, "ms": ms,
@@ -194,7 +198,8 @@ def main() -> None:
     parser.add_argument("--resnet-trials", type=int, default=128)
     parser.add_argument("--skip-tuning", action="store_true")
     parser.add_argument("--int8", action="store_true",
-                        help="also int8: direct in NCHW and NCHWc against ONNX Runtime's int8")
+                        help="also int8: each algorithm in NCHW and NCHWc against ONNX "
+                             "Runtime's int8")
     parser.add_argument("--int8-only", action="store_true", help="phase 4 alone")
     args = parser.parse_args()
 
@@ -213,7 +218,7 @@ def main() -> None:
         result.update(untuned_and_tuned(args, workspace, log, ws))
     if args.int8 or args.int8_only:
         int8 = config("kernels-int8", args.models,
-                      [variant("direct", "NCHW"), variant("direct", "NCHWc")],
+                      [variant(a, layout) for a in ALGORITHMS for layout in ("NCHW", "NCHWc")],
                       ["none", "onnxruntime"])
         int8["compression"] = ["int8"]
         dlas("run", str(write(int8, workspace)), *ws, log=log)

@@ -9,12 +9,14 @@ here and checked for them, and run where the CPU has them.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import tvm
 
 from dlas import registry
-from dlas.algorithms.base import conv_prim_func
+from dlas.algorithms.base import ConvSpec, conv_prim_func
 from dlas.algorithms.int8_dot import (
     compensation,
     dot_shape_reason,
@@ -46,9 +48,22 @@ DOT_CONVS = [c for c in CONVS if not c.depthwise] + [
     Conv(40, 24, 9, 9, (3, 3), (1, 1), (2, 2, 2, 2), (2, 2), False),
     Conv(72, 36, 5, 6, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), False),
     Conv(16, 48, 8, 8, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1), False)]
+#: Each dense algorithm's dot-product form; uint8 data differs from int8 only in not being
+#: shifted (`int8_dot.dot_input`, which the three share), so direct alone runs both.
+ALGORITHM_DTYPES = [("direct", "i8"), ("direct", "u8"), ("gemm", "i8"), ("spatial_pack", "i8")]
 HOST = tvm.target.Target(host_target())
 HOST_HAS_VNNI = target_has_vnni(HOST)
 HOST_HAS_AVX2 = "avx2" in target_features(HOST)
+
+
+def tensorized_blocks(algorithm: str, spec: ConvSpec, w: np.ndarray) -> list[str]:
+    """The blocks of `algorithm`'s kernel for `spec` that tensorize made (the dot-product
+    block's update, blockized as `..._dot..._update_o`): none on the plain int8 path,
+    which is exact too, so a test of the dot product must check it ran."""
+    with TARGET:
+        func, _ = conv_prim_func(registry.create("algorithms", algorithm,
+                                                 {"layout": spec.out_layout_.kind}), spec, w)
+    return re.findall(r'sblock\("(\w*_dot\w*_update_o)"\)', func.script())
 
 
 def _seven_bit(w: np.ndarray) -> np.ndarray:
@@ -61,18 +76,21 @@ def _vnni_target(mcpu: str = "cascadelake") -> tvm.target.Target:
 
 
 @pytest.mark.parametrize("lanes", sorted(PATHS))
-@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
-def test_random_int8_convs_through_the_dot_product_match_pytorch(dtypes: str,
+@pytest.mark.parametrize(("algorithm", "dtypes"), ALGORITHM_DTYPES)
+def test_random_int8_convs_through_the_dot_product_match_pytorch(algorithm: str, dtypes: str,
                                                                  lanes: int) -> None:
-    """Exact int32 results, with the extremes of int8 (-128, 127) in data and weights."""
+    """Exact int32 results, with the extremes of int8 (-128, 127) in data and weights, for
+    each dense algorithm's dot-product form."""
     blocked = DataLayout("NCHWc", lanes)
     for i, conv in enumerate(DOT_CONVS):
         spec = laid_out(conv, blocked, blocked, dtypes=INT8_DTYPES[dtypes])
         x, w = operands(conv, spec, seed=100 + i)
         with forced_simd(*PATHS[lanes]), forced_int8_dot("reference"):
             assert int8_dot_kind(spec, w) == "reference"
-            got = run_conv("direct", spec, x, w)
-        check_against_pytorch(conv, spec, got, x, w, f"dot product {dtypes} x{lanes}")
+            assert tensorized_blocks(algorithm, spec, w), f"{algorithm}: not tensorized"
+            got = run_conv(algorithm, spec, x, w)
+        check_against_pytorch(conv, spec, got, x, w,
+                              f"{algorithm} dot product {dtypes} x{lanes}")
 
 
 def test_the_choice_follows_the_targets_features_and_the_weights() -> None:
@@ -133,17 +151,19 @@ def test_weights_are_packed_16_lanes_by_4_inputs_and_compensated() -> None:
     assert not compensation(unsigned, w).any()  # uint8 data is read as it is
 
 
+@pytest.mark.parametrize("algorithm", ["direct", "gemm", "spatial_pack"])
 @pytest.mark.parametrize(("mcpu", "lanes", "instruction"),
                          [("cascadelake", 16, "vpdpbusd"), ("znver1", 8, "vpmaddubsw")])
-def test_each_kernel_compiles_to_its_instruction(mcpu: str, lanes: int,
-                                                 instruction: str) -> None:
+def test_each_kernel_compiles_to_its_instruction(mcpu: str, lanes: int, instruction: str,
+                                                 algorithm: str) -> None:
     """TVM's own `dot_16x4_vnni` fails in LLVM's IR verifier with this TVM; dlas's
-    kernels compile, one instruction per (tile accumulator, group of 4 inputs) step."""
+    kernels compile, one instruction per (tile accumulator, group of 4 inputs) step, in
+    every dense algorithm."""
     blocked = DataLayout("NCHWc", lanes)
     conv = Conv(32, 32, 8, 8, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), False)
     spec = laid_out(conv, blocked, blocked, dtypes=INT8_DTYPES["i8"])
     _, w = operands(conv, spec, seed=0)
-    algorithm = registry.create("algorithms", "direct", {"layout": "NCHWc"})
+    algorithm = registry.create("algorithms", algorithm, {"layout": "NCHWc"})
     target = _vnni_target(mcpu)
     with target:
         func, _ = conv_prim_func(algorithm, spec, _seven_bit(w))
@@ -152,21 +172,22 @@ def test_each_kernel_compiles_to_its_instruction(mcpu: str, lanes: int,
 
 
 @pytest.mark.skipif(not HOST_HAS_VNNI, reason="this CPU has no AVX512-VNNI")
-@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
-def test_vnni_on_this_cpu_matches_pytorch(dtypes: str) -> None:
+@pytest.mark.parametrize(("algorithm", "dtypes"), ALGORITHM_DTYPES)
+def test_vnni_on_this_cpu_matches_pytorch(algorithm: str, dtypes: str) -> None:
     for i, conv in enumerate(DOT_CONVS):
         spec = laid_out(conv, BLOCKED, BLOCKED, dtypes=INT8_DTYPES[dtypes])
         x, w = operands(conv, spec, seed=200 + i)
         with TARGET:
             assert int8_dot_kind(spec, w) == "vnni"
-        check_against_pytorch(conv, spec, run_conv("direct", spec, x, w), x, w,
-                              f"vpdpbusd {dtypes}")
+        assert tensorized_blocks(algorithm, spec, w), f"{algorithm}: not tensorized"
+        check_against_pytorch(conv, spec, run_conv(algorithm, spec, x, w), x, w,
+                              f"{algorithm} vpdpbusd {dtypes}")
 
 
 @pytest.mark.skipif(HOST_HAS_VNNI or not HOST_HAS_AVX2,
                     reason="the AVX2 kernel is chosen on CPUs with AVX2 and no VNNI")
-@pytest.mark.parametrize("dtypes", sorted(INT8_DTYPES))
-def test_avx2_on_this_cpu_matches_pytorch(dtypes: str) -> None:
+@pytest.mark.parametrize(("algorithm", "dtypes"), ALGORITHM_DTYPES)
+def test_avx2_on_this_cpu_matches_pytorch(algorithm: str, dtypes: str) -> None:
     """The real `vpmaddubsw` path, 7-bit weights at both extremes (+-64) with uint8
     data up to 255: the int16 pair sums come as close to saturating as they can."""
     blocked = DataLayout("NCHWc", 8)
@@ -177,5 +198,6 @@ def test_avx2_on_this_cpu_matches_pytorch(dtypes: str) -> None:
         w[:, :, 0, 0], w[:, :, -1, -1] = 64, -64  # pairs of +-64 x 255: 32640 < 2^15
         with TARGET:
             assert int8_dot_kind(spec, w) == "avx2"
-        check_against_pytorch(conv, spec, run_conv("direct", spec, x, w), x, w,
-                              f"vpmaddubsw {dtypes}")
+        assert tensorized_blocks(algorithm, spec, w), f"{algorithm}: not tensorized"
+        check_against_pytorch(conv, spec, run_conv(algorithm, spec, x, w), x, w,
+                              f"{algorithm} vpmaddubsw {dtypes}")

@@ -19,7 +19,7 @@ from torch import nn
 from tvm import s_tir, tirx
 
 from dlas import registry
-from dlas.algorithms.base import ConvSpec
+from dlas.algorithms.base import ConvAlgorithm, ConvSpec
 from dlas.algorithms.direct import DirectConv
 from dlas.compiler.build import compile_model, lower_to_tir, make_target
 from dlas.compiler.precision import convert_float16
@@ -456,11 +456,14 @@ def test_convs_outside_the_deployed_precision_are_reported() -> None:
     assert len(precision_fallbacks(dtypes, "float32")) == 2
 
 
-@pytest.mark.parametrize("path", ["reference", "host"])
+@pytest.mark.parametrize(("path", "algorithm"), [
+    ("reference", "direct"), ("reference", "gemm"), ("reference", "spatial_pack"),
+    ("host", "direct")])  # the host's kernels run on random convs in every algorithm
 def test_int8_model_through_the_dot_product_equals_the_plain_int8_path(
-        quantized, inputs, tmp_path: Path, path: str) -> None:
+        quantized, inputs, tmp_path: Path, path: str, algorithm: str) -> None:
     """The whole int8 model in NCHWc, its convs on an int8 dot-product kernel, gives the
-    plain int8 path's outputs bit for bit: both sum the same integers exactly.
+    plain int8 path's outputs bit for bit: both sum the same integers exactly, in every
+    dense algorithm.
     "reference" forces NCHW16c and the plain-TIR kernel (VNNI's compute, packing and
     compensation on any x86 CPU); "host" is what this CPU gets unforced (`vpdpbusd` with
     VNNI, `vpmaddubsw` with AVX2 on the 7-bit weights dlas writes there)."""
@@ -474,26 +477,28 @@ def test_int8_model_through_the_dot_product_equals_the_plain_int8_path(
     outputs = {}
     target = TARGET if path == "reference" else host_target()
     for kind in (path, "none"):
-        algorithm = DirectConv(layout="NCHWc")
+        conv = registry.create("algorithms", algorithm, {"layout": "NCHWc"})
         forcing = nullcontext() if kind == "host" else forced_int8_dot(kind)
         with forced_simd(512, 32) if path == "reference" else nullcontext(), forcing:
-            lowered, _ = lower_to_tir(imported.mod, imported.params, algorithm,
+            lowered, _ = lower_to_tir(imported.mod, imported.params, conv,
                                       make_target(target))
-            result = compile_model(imported, algorithm, target, tmp_path / kind)
+            result = compile_model(imported, conv, target, tmp_path / kind)
         dot_convs = sum(bool(DOT_WEIGHT.search(func.script()))
                         for _, func in lowered.functions_items()
                         if isinstance(func, tirx.PrimFunc))
         if kind == "host" and dot_convs == 0:
             pytest.skip("this CPU has neither AVX512-VNNI nor AVX2")
         assert dot_convs == (0 if kind == "none" else 2)  # not the stem, not depthwise
-        assert result.fallbacks == []
+        # spatial pack has no depthwise form: direct computes that conv, as documented
+        assert [f for f in result.fallbacks if "depthwise" not in f] == []
         outputs[kind] = run_batch(load_vm(result.executable_path), inputs)
     np.testing.assert_array_equal(outputs[path], outputs["none"])
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["direct", "spatial_pack"])  # GEMM: direct's schedule
 def test_int8_model_tuned_through_the_dot_product_keeps_its_function(
-        quantized, inputs, tmp_path: Path) -> None:
+        quantized, inputs, tmp_path: Path, algorithm: str) -> None:
     """MetaSchedule's vector-layout space samples tiles around the dot-product kernel and
     tensorizes every candidate; the tuned model still computes the plain int8 path's
     outputs exactly, and a second compile replays the database (the intrinsic is
@@ -510,10 +515,13 @@ def test_int8_model_tuned_through_the_dot_product_keeps_its_function(
     spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
     settings = MetaScheduleParams(trials=4, trials_per_task=2, trials_per_iter=2,
                                   population=8, early_stopping=None)
+
+    def conv() -> ConvAlgorithm:
+        return registry.create("algorithms", algorithm, {"layout": "NCHWc"})
+
     with forced_simd(512, 32):
         with forced_int8_dot("none"):
-            plain = compile_model(imported, DirectConv(layout="NCHWc"), TARGET,
-                                  tmp_path / "plain")
+            plain = compile_model(imported, conv(), TARGET, tmp_path / "plain")
         want = run_batch(load_vm(plain.executable_path), inputs)
         reports = []
         for run in ("tuned", "replayed"):
@@ -521,8 +529,8 @@ def test_int8_model_tuned_through_the_dot_product_keeps_its_function(
                                 say=lambda _line: None)
             hook = metaschedule(settings, ctx)
             with forced_int8_dot("reference"):
-                result = compile_model(imported, DirectConv(layout="NCHWc"),
-                                       spec.tvm_target, tmp_path / run, schedule_hook=hook)
+                result = compile_model(imported, conv(), spec.tvm_target, tmp_path / run,
+                                       schedule_hook=hook)
             np.testing.assert_array_equal(run_batch(load_vm(result.executable_path), inputs),
                                           want)
             reports.append(hook.report)

@@ -173,19 +173,20 @@ def schedule_register_tile(
     tiled micro-kernel; return the tile loop the epilogue is computed at.
 
     `unroll` indexes the reduction loops to unroll (the kernel taps of a direct conv);
-    `fuse_reduction` makes the reduction one loop first (GEMM's K). `dot` names a tensor
-    intrinsic over (lane, the last reduction loop), e.g. the int8 dot product
-    (`dlas.algorithms.int8_dot`): that loop then goes inside the lanes, and the lane loop
-    is marked to be tensorized once the epilogue is placed (`TENSORIZE_ATTR`), since
-    tensorizing replaces the block the compiler still needs.
+    `fuse_reduction` makes the reduction one loop first (GEMM's K; with `dot`, all but the
+    intrinsic's loop). `dot` names a tensor intrinsic over (lane, the last reduction
+    loop), e.g. the int8 dot product (`dlas.algorithms.dot_conv`): that loop then goes
+    inside the lanes, and the lane loop is marked to be tensorized once the epilogue is
+    placed (`TENSORIZE_ATTR`), since tensorizing replaces the block the compiler still
+    needs.
     """
     writeback = None if sch.get_consumers(block) else sch.cache_write(block, 0, "local")
     loops = output_loops(sch, block, spec)
     reduction = loops.reduction
-    if fuse_reduction and len(reduction) > 1:
-        reduction = [sch.fuse(*reduction)]
     dotted = reduction[-1:] if dot is not None else []
     reduction = reduction[:len(reduction) - len(dotted)]
+    if fuse_reduction and len(reduction) > 1:
+        reduction = [sch.fuse(*reduction)]
     taps = [reduction[i] for i in unroll if i < len(reduction)]
     oc_outer, oc_inner = tile_split(sch, loops.oc, tile.oc_inner, MAX_OC_INNER * 2)
     x_outer, cols = tile_split(sch, loops.x, tile.cols, MAX_COLS * 2)

@@ -11,14 +11,8 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts, blocking_of, vector_layout_reason
 from ..csr import DATA, INDICES, INDPTR, CSRFormat, block_csr_from_weight
-from ..int8_dot import (
-    COMPENSATION,
-    compensation,
-    int8_dot_kind,
-    intrinsic_name,
-    pack_dot_weight,
-    target_dot_kind,
-)
+from ..dot_conv import Int8DotProduct, dot_intrinsic
+from ..int8_dot import COMPENSATION
 from .compute import (
     VECTOR_DOT_NAME,
     conv2d_nchw_direct,
@@ -36,7 +30,7 @@ from .schedule import (
 )
 
 
-class DirectConv(VectorLayouts, ConvAlgorithm):
+class DirectConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
     """Direct convolution (`compute.py`) with the minimal schedule of `schedule.py`.
 
     Computes every conv kind (strides, padding, dilation, grouped, depthwise) in NCHW,
@@ -56,15 +50,6 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
         super().__init__(layout, block)
         self.vectorize = vectorize
 
-    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
-                         ) -> dict[str, np.ndarray] | None:
-        """The int8 dot-product form's packing where the target has a kernel for it and
-        the weights suit it (`int8_dot_kind`); compute and schedule follow this choice."""
-        if weight_value is None or int8_dot_kind(spec, weight_value) is None:
-            return super().weight_constants(spec, weight_value)
-        return {PACKED_WEIGHT: pack_dot_weight(spec, weight_value),
-                COMPENSATION: compensation(spec, weight_value)}
-
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
@@ -77,12 +62,7 @@ class DirectConv(VectorLayouts, ConvAlgorithm):
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
         if sch.get(block).name_hint == VECTOR_DOT_NAME:
-            kind = target_dot_kind(spec)
-            if kind is None:
-                raise ValueError(f"{spec} was computed for an int8 dot product that the "
-                                 "target scheduling it lacks")
-            lanes = blocking_of(spec).out_block
-            return schedule_direct_vector(sch, block, spec, dot=intrinsic_name(kind, lanes))
+            return schedule_direct_vector(sch, block, spec, dot=dot_intrinsic(spec))
         if not spec.is_nchw:
             return schedule_direct_vector(sch, block, spec)
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)

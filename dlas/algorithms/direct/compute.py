@@ -16,15 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 from tvm import te, tirx
-from tvm.script.ir_builder import IRBuilder
-from tvm.script.ir_builder import tirx as T
 
 from ...tir.schedule_helpers import target_simd
 from ..base import ConvSpec
 from ..blocked import blocking_of, input_index, pad_stored, read_input, stored_output
 from ..common import extern_stage, in_channel, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
-from ..int8_dot import DOT_INPUTS, dot_input
+from ..dot_conv import dot_channel, dot_conv_block
+from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
 
 #: Name of the conv output stage.
@@ -148,51 +147,21 @@ def conv2d_vector_direct_dot(data: te.Tensor, packed: te.Tensor, start: te.Tenso
             + sum_{ic, ky, kx, g, k} u8in[n, ic, y*sh + ky*dh, x*sw + kx*dw, 4g + k]
                                      * packed[oc, ic, ky, kx, g, lane, k]
 
-    Written in TIR (`dot_conv_kernel`) because a TE reduction starts at zero
-    (`create_prim_func` drops a reduction's `init`); the block's loops are a TE conv's
+    One block (`dot_conv.dot_conv_block`); its loops are a TE conv's
     (n, oc, y, x, lane, rc, ry, rx, rg, rk), so the micro-kernel schedules it alike.
     """
-    shifted = dot_input(data, spec)
-    return extern_stage([shifted, packed, start], dot_conv_kernel(spec, shifted, packed, start))
-
-
-def dot_conv_kernel(spec: ConvSpec, shifted: te.Tensor, packed: te.Tensor,
-                    start: te.Tensor) -> tirx.PrimFunc:
-    """The TIR of `conv2d_vector_direct_dot`: one block, its init read from `start`."""
-    cut = blocking_of(spec)
-    _, _, kh, kw = spec.weight_shape
     sh, sw = spec.strides
     dh, dw = spec.dilation
-    extents = (*spec.stored_out_shape, cut.in_chunks, kh, kw, cut.in_chunk // DOT_INPUTS,
-               DOT_INPUTS)
-    names = ["n", "oc", "y", "x", "lane", "rc", "ry", "rx", "rg", "rk"]
-    with IRBuilder() as builder, T.prim_func(s_tir=True):
-        T.func_name("kernel")
-        handles = [T.arg(name, T.handle()) for name in ("d", "w", "s", "o")]
-        data, weight, begin, out = IRBuilder.name_many(
-            ["Data", "Weight", "Start", "Out"],
-            [T.match_buffer(handles[0], shifted.shape, shifted.dtype),
-             T.match_buffer(handles[1], packed.shape, packed.dtype),
-             T.match_buffer(handles[2], start.shape, "int32"),
-             T.match_buffer(handles[3], spec.stored_out_shape, "int32")])
-        with T.grid(*extents) as loops, T.sblock(VECTOR_DOT_NAME):
-            IRBuilder.name_many(names, loops)
-            axes = IRBuilder.name_many([f"v{name}" for name in names],
-                                       T.axis.remap("SSSSSRRRRR", loops))
-            n, oc, y, x, lane, rc, ry, rx, rg, rk = axes
-            at = (n, oc, y, x, lane)
-            pixel = spec.data_layout_.chunk_index(n, rc, rg * DOT_INPUTS + rk,
-                                                  y * sh + ry * dh, x * sw + rx * dw)
-            tap = (oc, rc, ry, rx, rg, lane, rk)
-            # The update's accesses only, in the order the intrinsic's description reads
-            # them (C, A, B), so tensorize matches; `Start` is a constant input the init reads.
-            T.reads(out[at], data[pixel], weight[tap])
-            T.writes(out[at])
-            with T.init():
-                T.buffer_store(out, begin[oc * cut.out_block + lane], at)
-            product = T.cast(data[pixel], "int32") * T.cast(weight[tap], "int32")
-            T.buffer_store(out, out[at] + product, at)
-    return builder.get()
+    shifted = dot_input(data, spec)
+
+    def pixel(o: dict[str, tirx.Var], r: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        rc, ry, rx, rg, rk = r
+        return spec.data_layout_.chunk_index(o["n"], rc, dot_channel(rg, rk),
+                                             o["y"] * sh + ry * dh, o["x"] * sw + rx * dw)
+
+    kernel = dot_conv_block(VECTOR_DOT_NAME, spec, shifted, packed, start,
+                            spec.stored_out_shape, ["n", "oc", "y", "x", "lane"], pixel)
+    return extern_stage([shifted, packed, start], kernel)
 
 
 #: Names of the vector-layout direct CSR kernel's blocks and its output stage.

@@ -11,16 +11,27 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from .compute import WEIGHT_2D, conv2d_nchw_gemm, conv2d_nchw_gemm_csr, conv2d_vector_gemm
+from ..dot_conv import Int8DotProduct, dot_intrinsic
+from ..int8_dot import COMPENSATION
+from .compute import (
+    VECTOR_GEMM_DOT_NAME,
+    WEIGHT_2D,
+    conv2d_nchw_gemm,
+    conv2d_nchw_gemm_csr,
+    conv2d_vector_gemm,
+    conv2d_vector_gemm_dot,
+)
 from .schedule import schedule_gemm, schedule_gemm_csr, schedule_gemm_vector
 
 
-class GemmConv(VectorLayouts, ConvAlgorithm):
+class GemmConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
     """im2col + GEMM, every conv kind in NCHW (grouped and depthwise as per-group GEMMs);
     plain and depthwise convs in NHWC and NCHWc.
 
     NCHW: the weight is reshaped to (O, Cg*KH*KW) at compile time when it is a constant.
-    NHWC/NCHWc: packed (`blocked.pack_weight`); im2col rows are contiguous in K.
+    NHWC/NCHWc: packed (`blocked.pack_weight`); im2col rows are contiguous in K. int8
+    convs in NCHWc run on the CPU's integer dot product where it has one
+    (`dlas.algorithms.dot_conv`), as direct's and spatial pack's do.
     """
 
     name = "gemm"
@@ -35,11 +46,16 @@ class GemmConv(VectorLayouts, ConvAlgorithm):
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if COMPENSATION in weights:
+            return conv2d_vector_gemm_dot(data, weights[PACKED_WEIGHT], weights[COMPENSATION],
+                                          spec)
         if not spec.is_nchw:
             return conv2d_vector_gemm(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_gemm(data, dict(weights), spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if sch.get(block).name_hint == VECTOR_GEMM_DOT_NAME:
+            return schedule_gemm_vector(sch, block, spec, dot=dot_intrinsic(spec))
         if not spec.is_nchw:
             return schedule_gemm_vector(sch, block, spec)
         return schedule_gemm(sch, block, spec)

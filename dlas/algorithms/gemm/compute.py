@@ -30,6 +30,8 @@ from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, pad_nchw, reduction_size, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
+from ..dot_conv import dot_channel, dot_conv_block
+from ..int8_dot import dot_input
 
 IM2COL_NAME = "im2col"
 GEMM_NAME = "conv2d_nchw_gemm"
@@ -109,10 +111,14 @@ def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.T
 #: Names of the vector-layout GEMM's stages.
 VECTOR_IM2COL_NAME = "im2col_vector"
 VECTOR_GEMM_NAME = "conv2d_gemm_vector"
+#: Name of the int8 dot-product form's product block (`conv2d_vector_gemm_dot`).
+VECTOR_GEMM_DOT_NAME = "conv2d_gemm_vector_dot"
 
 
-def im2col_vector(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
-    """Every output pixel's receptive field as one contiguous row, from the stored input.
+def im2col_vector(data: te.Tensor, spec: ConvSpec, padded: te.Tensor | None = None
+                  ) -> te.Tensor:
+    """Every output pixel's receptive field as one contiguous row, from the stored input
+    (or from `padded`, the input already padded, e.g. shifted for the int8 dot product).
 
     Plain convs: col[n, y, x, ic, ky, kx, il] (stored as the (N, OH, OW) x K matrix, K
     ordered as the packed weight's); the layout's channel runs `il` are copied whole, and
@@ -123,7 +129,8 @@ def im2col_vector(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
     sh, sw = spec.strides
     dh, dw = spec.dilation
     _, _, oh, ow = spec.out_shape
-    padded = pad_stored(data, spec.data_layout_, spec.padding)
+    if padded is None:
+        padded = pad_stored(data, spec.data_layout_, spec.padding)
     if cut.depthwise:
         return te.compute(
             (spec.batch, cut.out_blocks, oh, ow, kh, kw, cut.out_block),
@@ -161,3 +168,25 @@ def conv2d_vector_gemm(data: te.Tensor, packed: te.Tensor, spec: ConvSpec) -> te
                       * widen(packed[oc, rc, ry, rx, ri, lane], acc), axis=[rc, ry, rx, ri])
 
     return stored_output(spec, fgemm, VECTOR_GEMM_NAME)
+
+
+def conv2d_vector_gemm_dot(data: te.Tensor, packed: te.Tensor, start: te.Tensor,
+                           spec: ConvSpec) -> te.Tensor:
+    """The GEMM conv in NCHW<lanes>c over int8 data, shaped for the lanes x 4 int8 dot
+    product (`dlas.algorithms.dot_conv`): im2col of the input shifted to uint8, times the
+    weight packed `[O/lanes, C/chunk, KH, KW, chunk/4, lanes, 4]` (K's order, in groups
+    of 4), each sum started at its channel's compensation `start`:
+
+        out[n, oc, y, x, lane] = start[oc*lanes + lane]
+            + sum_{ic, ky, kx, g, k} col[n, y, x, ic, ky, kx, 4g + k]
+                                     * packed[oc, ic, ky, kx, g, lane, k]
+    """
+    col = im2col_vector(data, spec, padded=dot_input(data, spec))
+
+    def row(o: dict[str, tirx.Var], r: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        rc, ry, rx, rg, rk = r
+        return o["n"], o["y"], o["x"], rc, ry, rx, dot_channel(rg, rk)
+
+    kernel = dot_conv_block(VECTOR_GEMM_DOT_NAME, spec, col, packed, start,
+                            spec.stored_out_shape, ["n", "oc", "y", "x", "lane"], row)
+    return extern_stage([col, packed, start], kernel)

@@ -52,15 +52,19 @@ def _schedule_im2col(sch: s_tir.Schedule, block: SBlockRV) -> None:
     parallelize_producers(sch, block)  # im2col
 
 
-def schedule_gemm_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+def schedule_gemm_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec,
+                         dot: str | None = None) -> LoopRV:
     """Schedule the vector-layout GEMM: the product as the register-tiled micro-kernel
     over one K loop (the matrix's row, contiguous in the im2col matrix and the packed
     weight; a depthwise conv's 3x3 K unrolled), and im2col with the padding inlined into
-    it, its rows in parallel and its channel runs vectorized. Returns the tile loop."""
+    it, its rows in parallel and its channel runs vectorized. `dot` names the int8
+    dot-product intrinsic of `conv2d_vector_gemm_dot`'s form: K's groups of 4 are then
+    the one K loop and the 4 inside them the intrinsic's. Returns the tile loop."""
     depthwise = blocking_of(spec).depthwise
     (im2col,) = sch.get_producers(block)
     for pad in sch.get_producers(im2col):
         sch.compute_inline(pad)
-    parallelize_rows(sch, im2col, 3 if depthwise else 2, spec.data_dtype)  # (n, [c,] y)
+    copied = "uint8" if dot is not None else spec.data_dtype
+    parallelize_rows(sch, im2col, 3 if depthwise else 2, copied)  # (n, [c,] y)
     return schedule_register_tile(sch, block, spec, tile_for(spec), fuse_reduction=True,
-                                  unroll=(0,) if depthwise else ())
+                                  unroll=(0,) if depthwise else (), dot=dot)

@@ -12,11 +12,15 @@ from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
 from ..csr import DATA, INDICES, INDPTR, CSRFormat
 from ..direct import DirectConv, DirectCSRConv
+from ..dot_conv import Int8DotProduct, dot_intrinsic
+from ..int8_dot import COMPENSATION
 from .compute import (
     KERNEL_VEC,
+    VECTOR_DOT_TILES_NAME,
     conv2d_nchw_spatial_pack,
     conv2d_nchw_spatial_pack_csr,
     conv2d_vector_spatial_pack,
+    conv2d_vector_spatial_pack_dot,
     pack_kernel,
 )
 from .schedule import (
@@ -29,9 +33,10 @@ GROUPED_REASON = ("spatial pack tiles whole input channels; grouped/depthwise co
                   "no packed form")
 
 
-class SpatialPackConv(VectorLayouts, ConvAlgorithm):
+class SpatialPackConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
     """Spatial pack for groups == 1, in every layout; grouped and depthwise convs fall
-    back to `direct` (in the same layout)."""
+    back to `direct` (in the same layout). int8 convs in NCHWc run on the CPU's integer
+    dot product where it has one (`dlas.algorithms.dot_conv`), as direct's and GEMM's do."""
 
     name = "spatial_pack"
 
@@ -53,13 +58,19 @@ class SpatialPackConv(VectorLayouts, ConvAlgorithm):
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if COMPENSATION in weights:
+            return conv2d_vector_spatial_pack_dot(data, weights[PACKED_WEIGHT],
+                                                  weights[COMPENSATION], spec)
         if not spec.is_nchw:
             return conv2d_vector_spatial_pack(data, weights[PACKED_WEIGHT], spec)
         return conv2d_nchw_spatial_pack(data, dict(weights), spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
         if not spec.is_nchw:
-            return schedule_spatial_pack_vector(sch, block, spec)
+            (tiles,) = sch.get_producers(block)
+            dotted = sch.get(tiles).name_hint == VECTOR_DOT_TILES_NAME
+            return schedule_spatial_pack_vector(sch, block, spec,
+                                                dot=dot_intrinsic(spec) if dotted else None)
         return schedule_spatial_pack(sch, block, spec)
 
 

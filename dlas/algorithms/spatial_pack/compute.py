@@ -38,6 +38,8 @@ from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
+from ..dot_conv import dot_channel, dot_conv_block
+from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
 
 DATA_VEC_NAME = "data_vec"
@@ -189,6 +191,8 @@ def spatial_pack_csr_kernel(spec: ConvSpec, data_vec: te.Tensor, val: te.Tensor,
 VECTOR_DATA_VEC_NAME = "data_vec_vector"
 VECTOR_CONV_NAME = "conv2d_spatial_pack_vector_tiles"
 VECTOR_UNPACK_NAME = "conv2d_spatial_pack_vector"
+#: Name of the int8 dot-product form's tile block (`conv2d_vector_spatial_pack_dot`).
+VECTOR_DOT_TILES_NAME = "conv2d_spatial_pack_vector_dot_tiles"
 
 
 @dataclass(frozen=True)
@@ -240,12 +244,7 @@ def conv2d_vector_spatial_pack(data: te.Tensor, packed: te.Tensor, spec: ConvSpe
     sh, sw = spec.strides
     dh, dw = spec.dilation
     acc = spec.out_dtype
-    padded = pad_stored(data, spec.data_layout_, spec.padding)
-    data_vec = te.compute(
-        (spec.batch, t.ht, t.wt, cut.in_chunks, t.vh_in, t.vw_in, cut.in_chunk),
-        lambda n, ht, wt, ic, i, j, il: read_input(
-            padded, spec, ic, il, n, ht * t.vh * sh + i, wt * t.vw * sw + j),
-        name=VECTOR_DATA_VEC_NAME)
+    data_vec = pack_vector_data(pad_stored(data, spec.data_layout_, spec.padding), spec)
     rc = te.reduce_axis((0, cut.in_chunks), name="rc")
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
@@ -256,7 +255,55 @@ def conv2d_vector_spatial_pack(data: te.Tensor, packed: te.Tensor, spec: ConvSpe
             widen(data_vec[n, ht, wt, rc, vh * sh + ry * dh, vw * sw + rx * dw, ri], acc)
             * widen(packed[oc, rc, ry, rx, ri, lane], acc), axis=[rc, ry, rx, ri]),
         name=VECTOR_CONV_NAME)
+    return unpack_vector_tiles(tiles, spec)
+
+
+def pack_vector_data(padded: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """The padded stored input repacked so each output tile's window (halo included) is
+    contiguous: data_vec[n, ht, wt, ic, i, j, il]."""
+    cut = blocking_of(spec)
+    t = vector_tiles_for(spec)
+    sh, sw = spec.strides
+    return te.compute(
+        (spec.batch, t.ht, t.wt, cut.in_chunks, t.vh_in, t.vw_in, cut.in_chunk),
+        lambda n, ht, wt, ic, i, j, il: read_input(
+            padded, spec, ic, il, n, ht * t.vh * sh + i, wt * t.vw * sw + j),
+        name=VECTOR_DATA_VEC_NAME)
+
+
+def unpack_vector_tiles(tiles: te.Tensor, spec: ConvSpec) -> te.Tensor:
+    """The tiles [n, oc, ht, wt, vh, vw, lane] written in the output layout (the block
+    the compiler tags as the conv, where the epilogue goes)."""
+    t = vector_tiles_for(spec)
     return stored_output(
         spec, lambda n, oc, lane, y, x: tiles[n, oc, y // t.vh, x // t.vw, y % t.vh,
                                              x % t.vw, lane],
         VECTOR_UNPACK_NAME)
+
+
+def conv2d_vector_spatial_pack_dot(data: te.Tensor, packed: te.Tensor, start: te.Tensor,
+                                   spec: ConvSpec) -> te.Tensor:
+    """Spatial pack in NCHW<lanes>c over int8 data, shaped for the lanes x 4 int8 dot
+    product (`dlas.algorithms.dot_conv`): the input shifted to uint8 as it is padded and
+    packed into tiles, times the weight packed `[O/lanes, C/chunk, KH, KW, chunk/4,
+    lanes, 4]`, each sum started at its channel's compensation `start`:
+
+        tiles[n, oc, ht, wt, vh, vw, lane] = start[oc*lanes + lane]
+            + sum_{ic, ky, kx, g, k} data_vec[n, ht, wt, ic, vh*sh + ky*dh, vw*sw + kx*dw, 4g + k]
+                                     * packed[oc, ic, ky, kx, g, lane, k]
+    """
+    cut = blocking_of(spec)
+    t = vector_tiles_for(spec)
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    data_vec = pack_vector_data(dot_input(data, spec), spec)
+
+    def window(o: dict[str, tirx.Var], r: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        rc, ry, rx, rg, rk = r
+        return (o["n"], o["ht"], o["wt"], rc, o["vh"] * sh + ry * dh, o["vw"] * sw + rx * dw,
+                dot_channel(rg, rk))
+
+    shape = (spec.batch, cut.out_blocks, t.ht, t.wt, t.vh, t.vw, cut.out_block)
+    kernel = dot_conv_block(VECTOR_DOT_TILES_NAME, spec, data_vec, packed, start, shape,
+                            ["n", "oc", "ht", "wt", "vh", "vw", "lane"], window)
+    return unpack_vector_tiles(extern_stage([data_vec, packed, start], kernel), spec)

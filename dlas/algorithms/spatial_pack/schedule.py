@@ -21,6 +21,7 @@ from tvm import s_tir
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ...tir.conv_spec import REGISTER_TILE_ATTR
+from ...tir.schedule_helpers import TENSORIZE_ATTR
 from ..base import ConvSpec
 from ..microkernel import output_loops, tile_split, unroll_tile, vectorize_lane
 from ..schedule_util import (
@@ -65,8 +66,8 @@ def _schedule_unpack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> Lo
     return outer
 
 
-def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec
-                                 ) -> LoopRV:
+def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec,
+                                 dot: str | None = None) -> LoopRV:
     """Schedule the vector-layout spatial pack whose output block is `block`.
 
     The output's loops are cut into tiles, (batch, channel tiles, tile rows) in
@@ -74,6 +75,9 @@ def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: Con
     micro-kernel's loop order: reduction outside, channel vectors x vh x vw unrolled,
     lanes vectorized) and written out from there, where the compiler computes the
     epilogue too. The packing (padding inlined into it) runs in parallel over tile rows.
+    `dot` names the int8 dot-product intrinsic of `conv2d_vector_spatial_pack_dot`'s
+    form: its 4 input channels go inside the lanes (the lane loop is tensorized at the
+    end of scheduling, `TENSORIZE_ATTR`) and their groups are unrolled.
     Returns the tile loop.
     """
     t = vector_tiles_for(spec)
@@ -81,7 +85,8 @@ def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: Con
     (data_vec,) = sch.get_producers(tiles)
     for pad in sch.get_producers(data_vec):
         sch.compute_inline(pad)
-    parallelize_rows(sch, data_vec, 2, spec.data_dtype)  # (n, tile row)
+    packed = "uint8" if dot is not None else spec.data_dtype
+    parallelize_rows(sch, data_vec, 2, packed)  # (n, tile row)
     loops = output_loops(sch, block, spec)
     oc_outer, oc_inner = tile_split(sch, loops.oc, t.oc_inner, 2 * t.oc_inner)
     y_outer, y_inner = sch.split(loops.y, factors=[None, t.vh])
@@ -89,12 +94,18 @@ def schedule_spatial_pack_vector(sch: s_tir.Schedule, block: SBlockRV, spec: Con
     sch.reorder(loops.n, oc_outer, y_outer, x_outer, oc_inner, y_inner, x_inner, loops.lane)
     sch.parallel(sch.fuse(loops.n, oc_outer, y_outer))
     sch.compute_at(tiles, x_outer, preserve_unit_loops=True)
-    *_, n, oc, ht, wt, vh, vw, lane, rc, ry, rx, ri = sch.get_loops(tiles)
-    sch.reorder(rc, ry, rx, ri, n, oc, ht, wt, vh, vw, lane)
-    vectorize_lane(sch, lane)
-    for loop in (oc, vh, vw):
+    tile_loops = sch.get_loops(tiles)
+    dotted = tile_loops[-1:] if dot is not None else []  # the intrinsic's 4 inputs
+    # ri: the input channels of a chunk, or (dot) their groups of 4
+    *_, n, oc, ht, wt, vh, vw, lane, rc, ry, rx, ri = tile_loops[:len(tile_loops) - len(dotted)]
+    sch.reorder(rc, ry, rx, ri, n, oc, ht, wt, vh, vw, lane, *dotted)
+    for loop in (oc, vh, vw, *([ri] if dot is not None else [])):
         sch.unroll(loop)
+    if dot is None:
+        vectorize_lane(sch, lane)
     unroll_tile(sch, sch.decompose_reduction(tiles, rc), x_outer)
+    if dot is not None:  # after the split: the init's copy of the lane loop stays plain
+        sch.annotate(lane, TENSORIZE_ATTR, dot)
     sch.set_scope(tiles, 0, "local")
     unroll_tile(sch, block, x_outer)
     sch.annotate(block, REGISTER_TILE_ATTR, 1)
