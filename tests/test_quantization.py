@@ -14,9 +14,10 @@ import numpy as np
 import onnx
 import pytest
 import torch
+import tvm
 from onnx import numpy_helper
 from torch import nn
-from tvm import s_tir, tirx
+from tvm import relax, s_tir, tirx
 
 from dlas import registry
 from dlas.algorithms.base import ConvAlgorithm, ConvSpec
@@ -541,3 +542,55 @@ def test_int8_model_tuned_through_the_dot_product_keeps_its_function(
 #: [oc block, input block, ky, kx, group of 4, 16 or 8 lanes, 4 inputs].
 DOT_WEIGHT = re.compile(r'T\.Buffer\(\((?:T\.int64\(\d+\), ){5}T\.int64\((?:16|8)\), '
                         r'T\.int64\(4\)\), "int8"\)')
+
+
+def test_layers_that_differ_only_in_their_scales_share_one_compiled_function(
+        monkeypatch) -> None:
+    """TVM legalizes a scalar quantize scale as a literal, so every int8 layer would be
+    its own function; `qparams_as_tensors` makes it a parameter and alike layers share
+    one (`dlas.compiler.qparams`)."""
+    from dlas.compiler.qparams import qparams_as_tensors
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+    y = relax.Var("y", relax.TensorType((1, 8, 4, 4), "float32"))
+    with bb.function("main", [x, y]):
+        with bb.dataflow():
+            outs = [bb.emit(relax.op.quantize(v, relax.const(scale, "float32"),
+                                              relax.const(0, "int8"), axis=1, out_dtype="int8"))
+                    for v, scale in ((x, 0.5), (y, 0.25))]
+            out = bb.emit_output(relax.Tuple(outs))
+        bb.emit_func_output(out)
+    mod = bb.get()
+
+    def quantize_funcs(module: tvm.IRModule) -> int:
+        lowered, _ = lower_to_tir(module, {}, DirectConv(), make_target(TARGET))
+        return sum(isinstance(f, tirx.PrimFunc) for _, f in lowered.functions_items())
+
+    assert quantize_funcs(mod) == 1  # lower_to_tir lifts the scales itself
+    import dlas.compiler.build as build
+
+    monkeypatch.setattr(build, "qparams_as_tensors", lambda module: module)
+    assert quantize_funcs(mod) == 2  # as literals: one function per scale
+    assert quantize_funcs(qparams_as_tensors(mod)) == 1
+
+
+def test_lifted_scales_compute_the_model_bit_for_bit(quantized, inputs, tmp_path: Path,
+                                                     monkeypatch) -> None:
+    """The scales are the same float32 values, read from a buffer instead of a literal:
+    the int8 model's outputs are identical with and without the lift."""
+    import dlas.compiler.build as build
+
+    imported, _ = import_qdq_onnx(quantized["calibrated"], (1, 3, 32, 32))
+    outputs, functions = {}, {}  # functions: their parameters, all told
+    for mode in ("lifted", "literal"):
+        if mode == "literal":
+            monkeypatch.setattr(build, "qparams_as_tensors", lambda mod: mod)
+        conv = DirectConv(layout="NCHWc")
+        lowered, _ = lower_to_tir(imported.mod, imported.params, conv, make_target(TARGET))
+        functions[mode] = sum(len(f.params) for _, f in lowered.functions_items()
+                              if isinstance(f, tirx.PrimFunc))
+        result = compile_model(imported, conv, TARGET, tmp_path / mode)
+        outputs[mode] = run_batch(load_vm(result.executable_path), inputs)
+    np.testing.assert_array_equal(outputs["lifted"], outputs["literal"])
+    assert functions["lifted"] > functions["literal"]  # the scales are parameters

@@ -11,6 +11,9 @@ Pipeline (each step is there for a reason):
    (`dlas.compiler.fold`): TVM's `FoldConstant` builds and runs a kernel per constant,
    which was three quarters of a compile. Algorithms' compile-time weight arrays
    (packing, CSR) are built from these final constants in step 3.
+2c. The activation layout (`dlas.compiler.layout`), and scalar quantization scales made
+   1-element tensors (`dlas.compiler.qparams`): legalized as literals, every int8 layer
+   would compile to its own function; as parameters, layers alike share one.
 3. `LegalizeOps` with every `relax.nn.conv2d` lowered by the algorithm's TE compute (a
    conv the algorithm does not support gets TVM's default lowering, recorded in
    `CompileResult.fallbacks`), all other ops by TVM's defaults. Each algorithm-made conv
@@ -24,7 +27,8 @@ Pipeline (each step is there for a reason):
 6. Minimal schedules (`dlas.compiler.minimal_schedule`) for every other PrimFunc: the
    algorithm's own for conv blocks, thread-parallel loops for the rest.
 7. The rest of the default Relax CPU pipeline (no second legalization/fusion, which
-   would undo step 6), `tvm.compile`, `export_library` to `out_dir`.
+   would undo step 6), `tvm.compile` without TVM's per-kernel argument checks
+   (`dlas.compiler.codegen_config`: 30-45% of LLVM's work), `export_library` to `out_dir`.
 
 `CompileResult.phases` says where the time went (lower, fold, tune, schedule, codegen,
 export). codegen (TIR lowering to LLVM IR) + export (LLVM's machine code, then the link)
@@ -54,11 +58,13 @@ from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
 from ..tir.layout import DataLayout
 from ..tir.schedule_helpers import target_simd, target_vector_bits
 from . import fallbacks as fallback_notes
+from .codegen_config import cpu_codegen_context
 from .fold import FoldReport, fold_constants
 from .gpu_schedule import build_gpu
 from .layout import LayoutReport, convert_layout
 from .minimal_schedule import schedule_prim_func
 from .pipeline import SCHEDULED_ATTR, ScheduleHook, relax_finalize_pipeline, unscheduled_prim_funcs
+from .qparams import qparams_as_tensors
 from .relax_import import ImportedModel
 from .relax_values import constant_value, static_shape
 
@@ -308,6 +314,7 @@ def lower_to_tir(
         with trace.phase("lower"):
             layout = model_layout(algorithm, target)
             mod, trace.layout = convert_layout(mod, layout, legalizer.layout_reason)
+            mod = qparams_as_tensors(mod)  # layers that differ in scales share a function
             legalize = relax.transform.LegalizeOps(
                 customize_legalize_map={"relax.nn.conv2d": legalizer})
             mod = _tag_convs(legalize(mod), legalizer.made)
@@ -394,7 +401,7 @@ def compile_model(
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
-        with trace.phase("codegen"):
+        with trace.phase("codegen"), cpu_codegen_context():  # no per-kernel arg checks
             executable = tvm.compile(mod, target=tgt,
                                      relax_pipeline=relax_finalize_pipeline(tgt))
     # a .tar of objects when the code is for another CPU (linked on the board, over RPC)

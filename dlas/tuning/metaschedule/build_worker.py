@@ -20,9 +20,16 @@ from typing import Any
 
 
 def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
-    """`LocalBuilder`'s f_build: MetaSchedule's default build minus the intrinsic import."""
+    """`LocalBuilder`'s f_build: MetaSchedule's default build minus the intrinsic import,
+    in the model's CPU codegen context (`dlas.compiler.codegen_config`: no per-kernel
+    argument checks), so a candidate is timed as the model will run it."""
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
+    from dlas.compiler.codegen_config import cpu_codegen_context
+
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    return tvm_build(mod, target=target)
+    if "cpu" not in target.keys:
+        return tvm_build(mod, target=target)
+    with cpu_codegen_context():
+        return tvm_build(mod, target=target)
