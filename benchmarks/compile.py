@@ -10,16 +10,21 @@ Phases (seconds): import (torch.export + Relax frontend, once per model, shared 
 variants), lower (bind, decompose, legalize with the algorithm, fuse), fold (constant
 folding), schedule (minimal schedules), codegen (TIR to LLVM IR), export (LLVM machine
 code and the link). `total` is one variant's compile without import; `floor` is the share
-of codegen + export, LLVM's own work, which no change to dlas's Relax pipeline lowers.
+of codegen + export, LLVM's own work, which only less code lowers.
 
 The previous path (TVM's FoldConstant, a kernel build per constant) is compiled beside
 the current one for `--peer` models, right after it in the same run, so the two see the
-same machine load. Every compiled variant is run once and checked against PyTorch
+same machine load; `--peer-asserts` does the same for the codegen before
+`dlas.compiler.codegen_config` (TVM's per-argument assertions kept in every kernel).
+`--layouts` compiles each dense algorithm in each activation layout (NCHW, NHWC, NCHWc).
+Every compiled variant is run once and checked against PyTorch
 (`--no-verify` to skip).
 
     python benchmarks/compile.py                                   # everything (long)
     python benchmarks/compile.py --models mobilenetv2 resnet18 --algorithms direct \\
         --csr gemm_csr --peer mobilenetv2                            # a quick subset
+    python benchmarks/compile.py --models resnet18 mobilenetv2 --width 0.5 --csr \\
+        --peer --layouts NCHW NCHWc --peer-asserts                   # layouts, asserts
 """
 
 from __future__ import annotations
@@ -29,13 +34,17 @@ import copy
 import json
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import tvm
 
 from dlas import registry
+from dlas.compiler import build
 from dlas.compiler.build import PHASES, compile_model
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1
@@ -64,17 +73,37 @@ def build_model(name: str, width: float) -> tuple[torch.nn.Module, tuple[int, ..
     return model.eval(), (1, *shape)
 
 
-def compile_variant(imported: ImportedModel, algorithm: str, target: dict, fold: str,
-                    x: np.ndarray | None, ref: np.ndarray | None) -> dict[str, Any]:
-    """One compile's phases (and the check of its output when `x` is given)."""
-    algo = registry.create("algorithms", algorithm, {})
-    with tempfile.TemporaryDirectory() as tmp:
+@contextmanager
+def with_asserts(keep: bool) -> Iterator[None]:
+    """Inside, when `keep`: the codegen before `dlas.compiler.codegen_config`, TVM's
+    per-argument assertions kept in every kernel (the `--peer-asserts` peer)."""
+    if not keep:
+        yield
+        return
+    saved = build.cpu_codegen_context
+    build.cpu_codegen_context = lambda: tvm.transform.PassContext(opt_level=3)
+    try:
+        yield
+    finally:
+        build.cpu_codegen_context = saved
+
+
+def compile_variant(imported: ImportedModel, algorithm: str, layout: str, target: dict,
+                    mode: str, x: np.ndarray | None, ref: np.ndarray | None
+                    ) -> dict[str, Any]:
+    """One compile's phases (and the check of its output when `x` is given). `mode`:
+    "numpy" (the current path), "tvm" (TVM's FoldConstant) or "asserts" (TVM's argument
+    checks kept)."""
+    algo = registry.create("algorithms", algorithm,
+                           {} if layout == "NCHW" else {"layout": layout})
+    fold = "tvm" if mode == "tvm" else "numpy"
+    with tempfile.TemporaryDirectory() as tmp, with_asserts(mode == "asserts"):
         result = compile_model(imported, algo, target, Path(tmp), fold=fold)
         verified = None
         if x is not None:
             check = verify_outputs(run_batch(load_vm(result.executable_path), x), ref)
             if not check.passed:
-                raise SystemExit(f"{algorithm} ({fold} fold): {check.explain()}")
+                raise SystemExit(f"{algorithm} {layout} ({mode}): {check.explain()}")
             verified = check.max_abs_diff
     return {"phases": result.phases, "total": result.compile_seconds,
             "fallbacks": len(result.fallbacks), "max_abs_diff": verified,
@@ -86,7 +115,7 @@ def row(model: str, label: str, fold: str, import_s: float | None, rec: dict[str
     floor = (phases.get("codegen", 0.0) + phases.get("export", 0.0)) / rec["total"]
     cells = " ".join(f"{phases.get(p, 0.0):>8.2f}" for p in SHOWN)
     imp = f"{import_s:>7.1f}" if import_s is not None else f"{'':>7}"
-    return (f"{model:<21} {label:<21} {fold:<9} {imp} {cells} {rec['total']:>7.2f} "
+    return (f"{model:<21} {label:<21} {fold:<13} {imp} {cells} {rec['total']:>7.2f} "
             f"{floor:>6.0%}")
 
 
@@ -103,6 +132,11 @@ def main() -> None:
                         help="models also compiled with TVM's FoldConstant (previous path)")
     parser.add_argument("--peer-algorithms", nargs="*", default=["direct"],
                         help="the algorithms compiled with the previous path too")
+    parser.add_argument("--layouts", nargs="+", default=["NCHW"],
+                        choices=["NCHW", "NHWC", "NCHWc"],
+                        help="activation layouts of the dense algorithms")
+    parser.add_argument("--peer-asserts", action="store_true",
+                        help="also compile every variant with TVM's argument checks kept")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-verify", action="store_true")
     parser.add_argument("--json", type=Path, help="also write every record here")
@@ -116,7 +150,7 @@ def main() -> None:
     print(f"cpu: {cpu.get('model')} (mcpu {cpu.get('mcpu')}), {cpu.get('cores')} cores; "
           f"target {json.dumps(target)}; seconds per phase; CSR at {args.sparsity:.0%} "
           f"sparsity; floor = (codegen + export) / total")
-    print(f"{'model':<21} {'algorithm':<21} {'fold':<9} {'import':>7} "
+    print(f"{'model':<21} {'algorithm':<21} {'path':<13} {'import':>7} "
           + " ".join(f"{p:>8}" for p in SHOWN) + f" {'total':>7} {'floor':>6}")
     records: list[dict[str, Any]] = []
     for name in args.models:
@@ -139,20 +173,26 @@ def main() -> None:
                 with torch.no_grad():
                     ref = net(torch.from_numpy(x)).numpy()
             for algorithm in algorithms:
-                folds = ["numpy"]
+                modes = ["numpy"]
                 if name in args.peer and algorithm in args.peer_algorithms:
-                    folds.append("tvm")
-                for fold in folds:
-                    rec = compile_variant(imported, algorithm, target, fold,
-                                          None if args.no_verify else x, ref)
-                    label = algorithm if algorithm in DENSE else \
-                        f"{algorithm} {args.sparsity:.0%}"
-                    shown_fold = fold if fold == "numpy" else "tvm(prev)"
-                    print(row(name, label, shown_fold, shown_import, rec), flush=True)
-                    shown_import = None
-                    records.append({"model": name, "algorithm": algorithm, "fold": fold,
-                                    "width": args.width if name in CIFAR else None,
-                                    "import": import_s, **rec})
+                    modes.append("tvm")
+                if args.peer_asserts:
+                    modes.append("asserts")
+                for layout in args.layouts if algorithm in DENSE else ["NCHW"]:
+                    for mode in modes:
+                        rec = compile_variant(imported, algorithm, layout, target, mode,
+                                              None if args.no_verify else x, ref)
+                        label = algorithm if algorithm in DENSE else \
+                            f"{algorithm} {args.sparsity:.0%}"
+                        label += "" if layout == "NCHW" else f" {layout}"
+                        shown = {"numpy": "numpy", "tvm": "tvm(prev)",
+                                 "asserts": "asserts(prev)"}[mode]
+                        print(row(name, label, shown, shown_import, rec), flush=True)
+                        shown_import = None
+                        records.append({"model": name, "algorithm": algorithm,
+                                        "layout": layout, "mode": mode,
+                                        "width": args.width if name in CIFAR else None,
+                                        "import": import_s, **rec})
     if args.json:
         args.json.write_text(json.dumps({"cpu": cpu.get("model"), "records": records},
                                         indent=1))
