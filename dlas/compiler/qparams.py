@@ -19,6 +19,8 @@ from __future__ import annotations
 import tvm
 from tvm import ir, relax
 
+from .relax_values import constant_value
+
 #: The ops whose scalar scale (argument 1) and zero point (argument 2) are lifted.
 QDQ_OPS = ("relax.quantize", "relax.dequantize")
 
@@ -30,17 +32,13 @@ class _Lift(relax.PyExprMutator):
         if not isinstance(call.op, ir.Op) or call.op.name not in QDQ_OPS:
             return call
         args = list(call.args)
-        lifted = False
         for i in (1, 2):
-            if _scalar_constant(args[i]):
-                args[i] = relax.const(args[i].value.numpy().reshape(1))
-                lifted = True
-        return relax.Call(call.op, args, call.attrs) if lifted else call
-
-
-def _scalar_constant(expr: relax.Expr) -> bool:
-    return (isinstance(expr, ir.GenericConst) and isinstance(expr.value, tvm.runtime.Tensor)
-            and expr.ty.ndim == 0)
+            value = constant_value(args[i])
+            if value is not None and value.ndim == 0:
+                args[i] = relax.const(value.reshape(1))
+        if all(new.same_as(old) for new, old in zip(args, call.args, strict=True)):
+            return call
+        return relax.Call(call.op, args, call.attrs)
 
 
 def qparams_as_tensors(mod: tvm.IRModule) -> tvm.IRModule:
