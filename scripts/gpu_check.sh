@@ -4,7 +4,8 @@
 # MetaSchedule point, PyTorch on the same GPU). Logs and results land in $OUT.
 #   gpu_check.sh stage   # call 1: keep .gpu/a (most of TVM's library) in /tmp
 #   gpu_check.sh run     # call 2, at once (the machine stays warm 30 s): install, check
-# Time limits (seconds) for the parts: TESTS_S, SWEEP_S.
+# Time limits (seconds) for the parts: TESTS_S, SWEEP_S (0: no sweep). TESTS_K: which of
+# the CUDA tests (pytest -k; default: all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 KEEP=/tmp/dlas-gpu
@@ -67,11 +68,12 @@ t1=$(date +%s)
 # pytest-timeout (in the image) fails a test past its limit with its stack, and goes on
 limited "${TESTS_S:-200}" python3 -m pytest -rA -p no:cacheprovider -o addopts="" \
     --timeout "${TEST_S:-120}" tests/test_cuda_gpu.py tests/test_targets.py tests/test_baselines.py \
-    -k "cuda or gpu" \
+    -k "${TESTS_K:-cuda or gpu}" \
     > "$OUT/tests.log" 2>&1
 tail -40 "$OUT/tests.log"
 echo "tests took $(( $(date +%s) - t1 )) s"
 # 2. the quickstart on the GPU: its models, every algorithm, one tuned point, PyTorch
+[ "${SWEEP_S:-300}" = 0 ] && exit 0
 sed -e 's/^  - host$/  - cuda/' -e 's/name: quickstart$/name: quickstart_cuda/' \
     -e 's/params: {trials: 64,/params: {trials: 32,/' \
     configs/quickstart.yaml > /tmp/quickstart_cuda.yaml

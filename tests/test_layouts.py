@@ -118,15 +118,17 @@ def operands(conv: Conv, spec: ConvSpec, seed: int) -> tuple[np.ndarray, np.ndar
     return x, w
 
 
-def run_conv(name: str, spec: ConvSpec, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """`spec` computed by algorithm `name` (or its fallback), back in NCHW."""
+def run_conv(name: str, spec: ConvSpec, x: np.ndarray, w: np.ndarray,
+             target: tvm.target.Target = TARGET) -> np.ndarray:
+    """`spec` computed by algorithm `name` (or its fallback) for `target` (code this CPU
+    runs), back in NCHW."""
     algorithm = registry.create("algorithms", name, {"layout": spec.out_layout_.kind})
     if algorithm.unsupported_reason(spec) is not None:
         assert name == "spatial_pack" and spec.groups > 1
         algorithm = algorithm.fallback()
-    with TARGET:
+    with target:
         func, arrays = conv_prim_func(algorithm, spec, w)
-    lib = tvm.compile(func, target=TARGET)
+    lib = tvm.compile(func, target=target)
     out = tvm.runtime.tensor(np.zeros(spec.stored_out_shape, spec.out_dtype))
     data = spec.data_layout_.from_nchw(x)
     lib["main"](tvm.runtime.tensor(data), *[tvm.runtime.tensor(a) for a in arrays], out)

@@ -161,6 +161,10 @@ def llvm(params: LLVMParams) -> TargetSpec:
 #: The GPU arch a CUDA target compiles for when no GPU is here to ask (A100).
 DEFAULT_CUDA_ARCH = "sm_80"
 NO_GPU = "no CUDA GPU on this machine"
+#: Per-block limits every CUDA arch since sm_30 shares (1024 threads; 48 KiB of static
+#: shared memory, more only by opting in at launch). MetaSchedule's GPU rules and its
+#: verifier read them from the target and refuse a target without them.
+CUDA_BLOCK_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
 
 
 def local_cuda_gpu() -> dict[str, str] | None:
@@ -202,7 +206,8 @@ def cuda_spec(params: CUDAParams, *, board: bool = False) -> TargetSpec:
     host_spec = llvm_spec(params.host, board=board)
     unmeasurable = None if board else host_spec.unmeasurable or (None if gpu else NO_GPU)
     return TargetSpec(
-        name="cuda", tvm_target={"kind": "cuda", "arch": arch, "host": host_spec.tvm_target},
+        name="cuda", tvm_target={"kind": "cuda", "arch": arch, **CUDA_BLOCK_LIMITS,
+                                 "host": host_spec.tvm_target},
         device="cuda", num_threads=host_spec.num_threads,
         fingerprint={"gpu": gpu["name"] if gpu else None, "arch": arch,
                      "host": host_spec.fingerprint},

@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 def minimal_schedule(task: Task, schedulers: Mapping[str, ConvScheduler],
                      target: tvm.target.Target, vector_bits: int) -> s_tir.Schedule:
-    """The task's untuned schedule, traced so the database can replay it."""
+    """The task's untuned schedule, traced so the database can replay it: on a GPU the
+    thread binding an untuned point runs (`gpu_schedule`), on a CPU the algorithm's own."""
+    if target.kind.name == "cuda":
+        from dlas.compiler.gpu_schedule import schedule_gpu_func
+
+        with target:
+            return schedule_gpu_func(task.mod["main"], target)
     sch = s_tir.Schedule(task.mod)
     with target:
         schedule_blocks(sch, dict(schedulers), vector_bits)
