@@ -186,6 +186,16 @@ def int8_table(table: list[Any], models: list[str]) -> list[dict]:
     return records
 
 
+def same_placement(row: Any, placement: str | None) -> float | None:
+    """`row`'s median in `placement` (its runs there: a row pooled over invocations keeps
+    each placement's median), or None where it has none: a ratio of two rows means
+    something only within one placement (docs/timing.md)."""
+    if row.placement == placement:
+        return row.latency_median_ms
+    there = (row.latency_by_placement or {}).get(placement or "")
+    return there.get("median_ms") if there else None
+
+
 def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
@@ -276,6 +286,10 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
         for m in best for n in sorted(set(budgets) - set(trials[m]))]
     path = write(cfg, workspace)
     dlas("run", str(path), *ws, log=log)
+    # The baselines' rows were timed in phase 1, minutes earlier and perhaps in another
+    # placement: time the tuned rows and the baselines once more, interleaved in one group,
+    # so each tuned row has ONNX Runtime beside it in its own placement (`same_placement`).
+    dlas("run", str(path), "--remeasure", *ws, log=log)
     profile = json.loads(dlas("profile", str(path), "--json", *ws[:2], log=log))
     roofs = {(p["model"], p["algorithm"], p["tuning"]): p for p in profile["points"]}
     table = rows(workspace, cfg["name"])
@@ -291,7 +305,8 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
                 print(f"{model:<12} {row.algorithm:<28} {row.status}: {row.error}")
                 continue
             ms = row.latency_median_ms
-            vs_ort = ms / ort.latency_median_ms if ort else None
+            ort_ms = same_placement(ort, row.placement) if ort else None
+            vs_ort = ms / ort_ms if ort_ms else None
             point = roofs.get((row.model, row.algorithm, row.tuning))
             fractions = [lay["roof_fraction"] for lay in (point or {}).get("layers", [])
                          if lay.get("op") == "conv2d" and lay.get("roof_fraction")]
@@ -301,7 +316,7 @@ def tune(args: argparse.Namespace, workspace: Path, best: dict[str, str], log: P
                   f"{'-' if roof is None else f'{roof:.2f}':>9} {row.placement or '-':>9}")
             out.append({"model": model, "variant": row.algorithm,
                         "trials": tuned_trials(row), "ms": ms, "vs_ort": vs_ort,
-                        "ort_ms": ort.latency_median_ms if ort else None,
+                        "ort_ms": ort_ms,
                         "tuning_s": row.tuning_s, "conv_roof_fraction_median": roof,
                         "placement": row.placement})
     accounting(profile["points"])
