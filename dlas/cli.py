@@ -171,7 +171,7 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
     with console.status(f"estimating sweep '{config.name}' (every point's stages against "
                         "the cache)...", spinner="line"):
         estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers,
-                                  mac_scale=_mac_scale())
+                                  **_machine_scales())
     predicted = _predicted_latencies(config, ws) if args.predict else None
     if args.json:
         out = as_json(estimate)
@@ -203,22 +203,28 @@ def _predicted_latencies(config, ws):  # noqa: ANN001, ANN202 - lazy-imported ty
         return None
 
 
-def _mac_scale() -> float:
-    """This machine's training speed against the cost model's (DLAS_MAC_SCALE sets it:
-    tests and what-if estimates for another machine)."""
+def _machine_scales() -> dict[str, float]:
+    """This machine's speed against the cost model's, as `estimate_sweep`'s keywords:
+    its training MACs' (DLAS_MAC_SCALE sets it) and its serial work's (DLAS_SERIAL_SCALE);
+    for tests and what-if estimates of another machine; unset: measured here."""
+    from dlas.estimate.machine_speed import serial_scale, training_mac_scale
+
+    return {"mac_scale": _scale_from_env("DLAS_MAC_SCALE", training_mac_scale),
+            "serial_scale": _scale_from_env("DLAS_SERIAL_SCALE", serial_scale)}
+
+
+def _scale_from_env(name: str, measure: Callable[[], float]) -> float:
     import os
 
-    from dlas.estimate.machine_speed import training_mac_scale
-
-    given = os.environ.get("DLAS_MAC_SCALE")
+    given = os.environ.get(name)
     if not given:
-        return training_mac_scale()
+        return measure()
     try:
         scale = float(given)
     except ValueError:
         scale = 0.0
     if not scale > 0:
-        raise UsageError(f"DLAS_MAC_SCALE={given!r}: give a positive number (1 = the cost "
+        raise UsageError(f"{name}={given!r}: give a positive number (1 = the cost "
                          "model's machine; unset = measure this one)")
     return scale
 
@@ -232,7 +238,7 @@ def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - la
         from dlas.estimate.render import duration
 
         est = estimate_sweep(config, workspace.cache_dir, workspace.db_path,
-                             mac_scale=_mac_scale())
+                             **_machine_scales())
     except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
         return None
     if not est.tasks:

@@ -221,19 +221,51 @@ def test_a_slower_machine_stretches_the_training_macs_only(tmp_path: Path) -> No
     assert two["measure"] == one["measure"]
 
 
-def test_the_machine_probe_gives_a_bounded_scale() -> None:
-    from dlas.estimate.machine_speed import LIMITS, conv_gmacs, training_mac_scale
+def test_a_faster_core_shrinks_the_serial_work_and_not_the_training_macs(
+        tmp_path: Path) -> None:
+    """`serial_scale`: compiling, importing, measuring, the baselines and training's
+    per-layer and fixed work scale with it; training's per-MAC term does not (that is
+    `mac_scale`'s)."""
+    from dlas.estimate import costmodel
 
-    assert conv_gmacs(seconds=0.05) > 0
+    point = expand(_config(epochs=2))[0]
+    compile_ = stage_work(point, "compile", "k")
+    half = components(compile_, 1.0, 0.5)
+    assert half == {part: s / 2 for part, s in components(compile_).items()}
+    train = stage_work(point, "train", "k")
+    images = train.train_images * train.epochs + train.test_images * costmodel.FORWARD_SHARE
+    macs = images * costmodel.TRAIN_S_PER_MAC_IMAGE * train.macs
+    assert components(train, 1.0, 0.5)["train"] - macs == pytest.approx(
+        (components(train)["train"] - macs) / 2)
+
+    def total(scale: float) -> float:
+        return estimate_sweep(_config(epochs=2), tmp_path / "cache", tmp_path / "results.db",
+                              serial_scale=scale).total_s
+
+    assert total(0.5) < total(1.0)
+
+
+def test_the_machine_probes_give_bounded_scales() -> None:
+    from dlas.estimate.machine_speed import (
+        LIMITS,
+        conv_gmacs,
+        serial_scale,
+        serial_seconds,
+        training_mac_scale,
+    )
+
+    assert conv_gmacs(seconds=0.05) > 0 and serial_seconds(seconds=0.02) > 0
     assert LIMITS[0] <= training_mac_scale() <= LIMITS[1]
+    assert LIMITS[0] <= serial_scale() <= LIMITS[1]
 
 
-def test_a_bad_mac_scale_in_the_environment_exits_2(tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize("name", ["DLAS_MAC_SCALE", "DLAS_SERIAL_SCALE"])
+def test_a_bad_machine_scale_in_the_environment_exits_2(tmp_path: Path, name: str,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture) -> None:
     config = tmp_path / "sweep.yaml"
     config.write_text(tiny_sweep("scale"))
-    monkeypatch.setenv("DLAS_MAC_SCALE", "fast")
+    monkeypatch.setenv(name, "fast")
     assert main(["plan", str(config), "--estimate", "--workspace", str(tmp_path / "ws")]) == 2
     captured = capsys.readouterr()
-    assert "DLAS_MAC_SCALE='fast'" in captured.out + captured.err
+    assert f"{name}='fast'" in captured.out + captured.err

@@ -68,6 +68,8 @@ class Estimate:
     samples: int
     #: The built-in training cost's per-MAC stretch for this machine (1.0: as fitted).
     mac_scale: float = 1.0
+    #: The stretch of the rest of the built-in cost (serial work) for this machine.
+    serial_scale: float = 1.0
 
     @property
     def total_s(self) -> float:
@@ -93,15 +95,16 @@ def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int
 
 
 
-def cost_of(work: StageWork, measured: list[Measured],
-            mac_scale: float = 1.0) -> tuple[float, float, str]:
+def cost_of(work: StageWork, measured: list[Measured], mac_scale: float = 1.0,
+            serial_scale: float = 1.0) -> tuple[float, float, str]:
     """(measured-based seconds, built-in seconds, basis) of one entry: per component,
     the median of the most similar measured entries rescaled by the built-in model's
     ratio, or the built-in model where none is similar (its training MACs stretched by
-    `mac_scale`, this machine's speed: `dlas.estimate.machine_speed`)."""
+    `mac_scale` and the rest by `serial_scale`, this machine's speed:
+    `dlas.estimate.machine_speed`)."""
     from_measured = from_model = 0.0
     notes: list[str] = []
-    here = components(work, mac_scale)
+    here = components(work, mac_scale, serial_scale)
     for part, target_s in components(work).items():
         if target_s <= 0:
             continue
@@ -133,9 +136,10 @@ def cost_of(work: StageWork, measured: list[Measured],
 
 def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                    workers: int = 1, record: WorkspaceRecord | None = None,
-                   mac_scale: float = 1.0) -> Estimate:
+                   mac_scale: float = 1.0, serial_scale: float = 1.0) -> Estimate:
     """The estimate of running `config` against the workspace (its cache and results);
-    `mac_scale` corrects the built-in training cost for this machine (1.0: as fitted)."""
+    `mac_scale` and `serial_scale` correct the built-in cost for this machine (1.0: as
+    fitted)."""
     from dlas.runner.cache import Cache, CacheIndex
     from dlas.stages import KeyMemo, stage_keys
     from dlas.sweep.grid import expand
@@ -178,7 +182,8 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                 parent = parent_of(parent)
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
-            m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale)
+            m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale,
+                                       serial_scale)
             if stage in TIMED_STAGES and passes > 1:
                 m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
             index[(stage, keys[stage])] = len(tasks)
@@ -199,4 +204,5 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
     return Estimate(sweep=config.name, points=len(points), runnable=runnable,
                     skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),
                     serial=simulate(graph, 1), parallel=simulate(graph, workers),
-                    samples=len(record.measured), mac_scale=mac_scale)
+                    samples=len(record.measured), mac_scale=mac_scale,
+                    serial_scale=serial_scale)

@@ -1,4 +1,4 @@
-"""How fast this machine trains, against the machine the cost model was fitted on.
+"""How fast this machine is, against the machine the cost model was fitted on.
 
 The built-in training constants (`costmodel.TRAIN_S_PER_MAC_IMAGE`) were fitted on
 faster CPUs than some this project runs on. On a 2-vCPU Zen 1 (AVX2, FMA on a 128-bit
@@ -7,6 +7,14 @@ the model's 53 s and 49 s: the per-MAC term was 2.07x too fast, and with it scal
 models came out within 3% (the per-layer term, framework work per conv, fitted as it
 was). So the estimate times one small channels-last conv in PyTorch (a training step's
 kind of work, 0.2 s) and scales the per-MAC term by the reference rate over this one.
+
+Everything else the cost model counts (compiling: TVM's passes and LLVM; importing,
+verifying, starting workers, the frameworks' per-layer work) is serial, branchy code, and
+a faster core does all of it faster: on a 2-vCPU Zen 5 the quickstart took 179 s against
+an estimate of 438 s (every stage 1.7-2.9x over, training's MACs already scaled), while
+on the Zen 1 the constants were fitted on it took 1.0-1.09x the estimate. So a second
+probe times a small pure-Python workload (dict and string work, sorting: 3.4 ms on that
+Zen 5) and scales those components by its time over the reference's.
 """
 
 from __future__ import annotations
@@ -19,6 +27,11 @@ import time
 REFERENCE_GMACS = 77.7
 #: A probe far off (a busy machine, an odd BLAS) moves the estimate at most this much.
 LIMITS = (0.25, 4.0)
+#: `serial_seconds` on the machine the constants were fitted on: 2.44 x the 3.35 ms of a
+#: 2-vCPU Zen 5 (2026-11-27), the factor that brought that machine's quickstart estimate
+#: to its measured stage seconds; the fitted Zen 1's own probe was not taken then, so a
+#: Zen 1 session should check it (its quickstart ran 1.0-1.09x the unscaled estimate).
+REFERENCE_SERIAL_S = 8.2e-3
 
 
 def conv_gmacs(seconds: float = 0.2) -> float:
@@ -52,3 +65,28 @@ def training_mac_scale() -> float:
         return 1.0
     low, high = LIMITS
     return min(max(REFERENCE_GMACS / rate, low), high)
+
+
+def serial_seconds(seconds: float = 0.2) -> float:
+    """Seconds of one small pure-Python workload (dict and string work, a sort), the
+    fastest of the repeats made in `seconds`: the serial speed of this core."""
+    best = float("inf")
+    end = time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        table: dict[str, int] = {}
+        for i in range(20000):
+            key = f"k{i * 7919 % 10007}"
+            table[key] = table.get(key, 0) + len(key)
+        sorted(table, key=table.__getitem__)
+        best = min(best, time.perf_counter() - start)
+        if time.perf_counter() > end:
+            return best
+
+
+@functools.cache
+def serial_scale() -> float:
+    """How many times longer the cost model's serial work (all but training MACs) takes
+    here than it assumes (measured once per process)."""
+    low, high = LIMITS
+    return min(max(serial_seconds() / REFERENCE_SERIAL_S, low), high)

@@ -81,6 +81,8 @@ class StageWork:
     runs: int = 0
     csr: bool = False
     int8: bool = False
+    #: compile: the algorithm's activation layout is not the paper's NCHW (NHWC, NCHWc).
+    vector_layout: bool = False
     pretrained: bool = False
 
 
@@ -190,4 +192,6 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
         macs=macs, convs=convs, train_images=train_images, test_images=test_images,
         epochs=epochs, levels=levels, trials=trials, runs=runs,
         csr="csr" in point.algorithms.tags or point.algorithms.name.endswith("_csr"),
-        int8=point.compression.name.startswith("int8"), pretrained=is_pretrained(point))
+        int8=point.compression.name.startswith("int8"),
+        vector_layout=getattr(point.algorithms.params, "layout", "NCHW") != "NCHW",
+        pretrained=is_pretrained(point))
