@@ -288,6 +288,7 @@ def test_cuda_search_samples_its_first_population() -> None:
     session's strategy samples until it has a population (seed 5 failed before)."""
     from tvm.s_tir import meta_schedule as ms
 
+    from dlas._compat.tensor_intrin import register_for
     from dlas.compiler.build import lower_to_tir, make_target
     from dlas.tuning.metaschedule.tasks import extract
     from dlas.tuning.metaschedule.tune import evolutionary_search
@@ -298,6 +299,7 @@ def test_cuda_search_samples_its_first_population() -> None:
     target = make_target(spec("cuda", arch="sm_90").tvm_target)
     mod, _ = lower_to_tir(imported.mod, imported.params, algorithm("direct"), target)
     task = next(t for t in extract(mod, target) if "add_relu_add" in t.name)
+    register_for(target)  # as a session does first: CUDA's tensor-core rules need them
     ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
                          search_strategy=evolutionary_search(16), task_name=task.name,
                          num_threads=2, rand_state=5)
