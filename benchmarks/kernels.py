@@ -187,10 +187,13 @@ def int8_table(table: list[Any], models: list[str]) -> list[dict]:
 
 
 def same_placement(row: Any, placement: str | None) -> float | None:
-    """`row`'s median in `placement` (its runs there: a row pooled over invocations keeps
-    each placement's median), or None where it has none: a ratio of two rows means
-    something only within one placement (docs/timing.md)."""
-    if row.placement == placement:
+    """`row`'s median comparable with a timing taken in `placement` (the product's rule,
+    `dlas.measure.placement.comparable`), else its median in `placement` (a row pooled
+    over invocations keeps each placement's), or None where it has none: a ratio of two
+    rows means something only within one placement (docs/timing.md)."""
+    from dlas.measure.placement import comparable
+
+    if comparable(row.placement, placement):
         return row.latency_median_ms
     there = (row.latency_by_placement or {}).get(placement or "")
     return there.get("median_ms") if there else None

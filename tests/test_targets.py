@@ -268,16 +268,15 @@ def test_cuda_minimal_candidates_build_and_replay(tiny_imported: ImportedModel,
     mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algorithm(name), target)
     tasks = extract(mod, target)
     assert tasks
-    for task in tasks:
-        sch = minimal_schedule(task, {}, target, 0)
+    schedules = [minimal_schedule(task, {}, target, 0) for task in tasks]
+    for task, sch in zip(tasks, schedules, strict=True):
         assert "threadIdx.x" in sch.mod.script(), task.name
         replayed = s_tir.Schedule(task.mod)
         sch.trace.apply_to_schedule(replayed, remove_postproc=False)
         tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
     if name == "gemm" and shutil.which("nvcc") is not None:  # one build: nvcc takes ~10 s
         builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=120)
-        (built,) = builder.build([ms.builder.BuilderInput(
-            minimal_schedule(tasks[0], {}, target, 0).mod, target)])
+        (built,) = builder.build([ms.builder.BuilderInput(schedules[0].mod, target)])
         assert not built.error_msg, built.error_msg
 
 
