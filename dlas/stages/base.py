@@ -1,7 +1,10 @@
 """What a stage is: a declared node of the sweep's stage graph.
 
 A stage says
-- its `name` and `version` (bump it when its code changes what it produces),
+- its `name` and `version` (bump it when what it stores changes shape),
+- `code` and `libraries`: the dlas code (paths under the package) and the installed
+  distributions that decide its output; the key hashes their digest, so changed code is
+  never served from an old cache entry (`dlas.stages.code_version`),
 - `parent`: the upstream stage whose key its own key hashes (the graph is a chain per
   point: data -> train -> compress -> import -> compile -> measure, or import -> baseline),
 - `needs`: the upstream stages whose outputs `compute` reads (checked: asking for another
@@ -129,6 +132,11 @@ class Stage(ABC, Generic[Out]):
     #: The layers whose choices `key_inputs` reads (besides the budgets).
     reads: ClassVar[tuple[str, ...]] = ()
     needs: ClassVar[tuple[str, ...]] = ()
+    #: The dlas code that decides the output, relative to the package (`compiler`,
+    #: `models/training`); the stage's own module is added. Hashed into the key.
+    code: ClassVar[tuple[str, ...]] = ()
+    #: Installed distributions that decide the output; their versions are in the key.
+    libraries: ClassVar[tuple[str, ...]] = ()
     resources: ClassVar[Resources] = Resources()
 
     def resources_for(self, point: Point) -> Resources:

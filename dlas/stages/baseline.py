@@ -79,6 +79,8 @@ class BaselineStage(TimedStage):
     parent_field = "imported"
     reads = ("tuning", "targets")
     needs = ("data", "train", "compress", "import")
+    code = ("measure", "stages/timed", "tuning/baselines")
+    libraries = ("onnxruntime", "torch")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return {"runtime": point.tuning.identity(), "target": point.targets.identity(),

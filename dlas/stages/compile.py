@@ -32,6 +32,10 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
     parent_field = "imported"
     reads = ("algorithms", "tuning", "targets")
     needs = ("import",)
+    #: the kernels (compute and schedules), the pipeline, the search and its rules
+    code = ("algorithms", "compiler", "tir", "tuning/base", "tuning/options",
+            "tuning/metaschedule", "_compat", "targets")
+    libraries = ("apache-tvm", "apache-tvm-ffi")
     facts_type = CompileFacts
     resources = Resources(cpus=2)
 

@@ -33,6 +33,8 @@ class CompressStage(StoredStage[CompressFacts, CompressedModel]):
     parent_field = "train"
     reads = ("compression",)
     needs = ("data", "train")
+    code = ("compression",)  # the model code is in the train key it chains
+    libraries = ("torch", "torch-pruning", "onnx", "onnxruntime", "onnxscript")
     facts_type = CompressFacts
     resources = Resources(cpus=2)
 

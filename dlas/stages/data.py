@@ -18,6 +18,8 @@ class DataStage(TransientStage[Any]):
     version = 1
     parent = None
     reads = ("datasets",)
+    code = ("datasets",)
+    libraries = ("scikit-learn", "numpy")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return {"dataset": point.datasets.identity(), "seed": point.budgets.seed}

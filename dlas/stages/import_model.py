@@ -41,6 +41,8 @@ class ImportStage(StoredStage[ImportFacts, ImportedModule]):
     parent_field = "compress"
     reads = ()  # the budgets only: the compressed model carries the rest
     needs = ("data", "compress")
+    code = ("compiler",)
+    libraries = ("torch", "apache-tvm", "apache-tvm-ffi")
     facts_type = ImportFacts
 
     def key_inputs(self, point: Point) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The keys that address a point's stage outputs in the cache.
 
-A key is the digest of the stage's name and version, its parent's key and the stage's own
-`key_inputs`: exactly what its output depends on. `key_inputs` sees only the layers its
+A key is the digest of the stage's name and version, the code that decides its output
+(`stage_code`), its parent's key and the stage's own `key_inputs`: exactly what its output
+depends on. `key_inputs` sees only the layers its
 stage declares in `reads` (`Point.only`), so two points that agree on those layers and on
 the parent's key have the same key by construction; `KeyMemo` uses that to compute each
 shared key of a large grid once (48,000 points share 200 trained-and-compressed models).
@@ -14,6 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dlas.stages.chains import point_stages
+from dlas.stages.code_version import (
+    code_digest,
+    library_versions,
+    module_digest,
+    plugin_code,
+)
 from dlas.sweep.grid import Point, digest
 
 if TYPE_CHECKING:
@@ -21,11 +28,29 @@ if TYPE_CHECKING:
     from dlas.sweep.config import Budgets
 
 
+def stage_code(stage: Stage[Any], point: Point) -> dict[str, Any]:
+    """What of the code decides the stage's output: its declared dlas code and its own
+    module (a digest), its libraries' versions, and the modules of plugin options chosen
+    on the layers it reads (`dlas.stages.code_version`)."""
+    module = type(stage).__module__
+    own = (module.removeprefix("dlas."),) if module.startswith("dlas.") else ()
+    out: dict[str, Any] = {"code": code_digest((*stage.code, *own))}
+    if not own:  # a stage defined outside dlas: its own module's digest
+        out["stage_module"] = module_digest(module)
+    if stage.libraries:
+        out["libraries"] = library_versions(stage.libraries)
+    plugins = plugin_code({layer: point.choices[layer] for layer in stage.reads})
+    if plugins:
+        out["plugins"] = plugins
+    return out
+
+
 def stage_key(stage: Stage[Any], point: Point, parent_key: str | None) -> str:
     inputs = stage.key_inputs(point.only(stage.reads, reader=f"stage '{stage.name}' key"))
     if stage.parent_field:
         inputs[stage.parent_field] = parent_key
-    return digest({"stage": stage.name, "stage_version": stage.version, **inputs})
+    return digest({"stage": stage.name, "stage_version": stage.version,
+                   **stage_code(stage, point), **inputs})
 
 
 class KeyMemo:

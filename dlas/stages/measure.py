@@ -77,6 +77,10 @@ class MeasureStage(TimedStage):
     parent_field = "compiled"
     reads = ("targets",)
     needs = ("data", "train", "import", "compile")
+    #: the timing method and the verification (a change re-times: a row says what the
+    #: code measuring it does)
+    code = ("measure", "stages/timed")
+    libraries = ("apache-tvm", "apache-tvm-ffi")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
         return timing_key_inputs(point)

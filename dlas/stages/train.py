@@ -49,6 +49,8 @@ class TrainStage(StoredStage[TrainFacts, TrainedModel]):
     parent_field = "data"
     reads = ("models",)
     needs = ("data",)
+    code = ("models",)  # the data code is in the data key it chains
+    libraries = ("torch", "pytorch-lightning")
     facts_type = TrainFacts
     resources = Resources(cpus=2)
 
