@@ -4,6 +4,7 @@ once, N-worker bounds, the CLI. Pure: caches are fabricated, nothing is trained 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -225,13 +226,16 @@ def test_a_faster_core_shrinks_the_serial_work_and_not_the_training_macs(
         tmp_path: Path) -> None:
     """`serial_scale`: compiling, importing, measuring, the baselines and training's
     per-layer and fixed work scale with it; training's per-MAC term does not (that is
-    `mac_scale`'s)."""
+    `mac_scale`'s), nor do tuning trials (fitted on the fast core; mostly waits)."""
     from dlas.estimate import costmodel
 
     point = expand(_config(epochs=2))[0]
     compile_ = stage_work(point, "compile", "k")
     half = components(compile_, 1.0, 0.5)
     assert half == {part: s / 2 for part, s in components(compile_).items()}
+    tuned = replace(compile_, trials=256)
+    assert components(tuned, 1.0, 0.5)["tuning"] == components(tuned)["tuning"] > 256 * 0.5
+    assert components(tuned, 1.0, 0.5)["compile"] == components(tuned)["compile"] / 2
     train = stage_work(point, "train", "k")
     images = train.train_images * train.epochs + train.test_images * costmodel.FORWARD_SHARE
     macs = images * costmodel.TRAIN_S_PER_MAC_IMAGE * train.macs

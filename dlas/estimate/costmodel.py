@@ -133,7 +133,11 @@ def components(work: StageWork, mac_scale: float = 1.0,
         return {"compress": fixed + evaluate + finetune + work.levels * evaluate}
     if work.stage == "measure":  # its fixed part waits; its runs compute
         return {"measure": MEASURE_FIXED_S + work.runs * _latency(work) * serial_scale}
-    return {part: seconds * serial_scale for part, seconds in _serial(work).items()}
+    # a trial's seconds were fitted on the fast core (Zen 5) and hardly move with the
+    # core (Zen 3 1.08 s, Zen 5 0.85 s, where serial code runs 2.4x apart): they are
+    # the builder pool's and the runner's fixed waits more than computation
+    return {part: seconds if part == "tuning" else seconds * serial_scale
+            for part, seconds in _serial(work).items()}
 
 
 def _compile_per_conv(work: StageWork) -> float:
