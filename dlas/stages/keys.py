@@ -2,10 +2,10 @@
 
 A key is the digest of the stage's name and version, the code that decides its output
 (`stage_code`), its parent's key and the stage's own `key_inputs`: exactly what its output
-depends on. `key_inputs` sees only the layers its
-stage declares in `reads` (`Point.only`), so two points that agree on those layers and on
-the parent's key have the same key by construction; `KeyMemo` uses that to compute each
-shared key of a large grid once (48,000 points share 200 trained-and-compressed models).
+depends on. `key_inputs` sees only the layers its stage declares in `reads`
+(`Point.only`), so two points that agree on those layers and on the parent's key have the
+same key by construction; `KeyMemo` uses that to compute each shared key of a large grid
+once (48,000 points share 200 trained-and-compressed models).
 """
 
 from __future__ import annotations
