@@ -14,7 +14,8 @@ _PACKAGES = ("dlas", "apache-tvm", "apache-tvm-ffi", "torch", "torchvision", "on
              "onnx", "pytorch-lightning", "numpy")
 
 
-def _version(dist: str) -> str | None:
+def installed_version(dist: str) -> str | None:
+    """The installed version of distribution `dist` (None when it is not installed)."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -47,7 +48,7 @@ def capture_environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "tvm_num_threads": os.environ.get("TVM_NUM_THREADS"),
-        "versions": {p: _version(p) for p in _PACKAGES},
+        "versions": {p: installed_version(p) for p in _PACKAGES},
         "git_commit": git_commit(),
     }
 

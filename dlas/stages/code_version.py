@@ -22,7 +22,6 @@ import ast
 import hashlib
 import sys
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +82,9 @@ def code_digest(entries: tuple[str, ...]) -> str:
 def library_versions(names: tuple[str, ...]) -> dict[str, str]:
     """Installed versions of the distributions that decide an output ('absent' where one
     is not installed: that is a fact of the output too)."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    from dlas.results.environment import installed_version
+
+    return {name: installed_version(name) or "absent" for name in names}
 
 
 @cache

@@ -21,17 +21,18 @@ from dlas.stages.code_version import (
     module_digest,
     plugin_code,
 )
-from dlas.sweep.grid import Point, digest
+from dlas.sweep.grid import LayerView, Point, digest
 
 if TYPE_CHECKING:
     from dlas.stages.base import Stage
     from dlas.sweep.config import Budgets
 
 
-def stage_code(stage: Stage[Any], point: Point) -> dict[str, Any]:
+def stage_code(stage: Stage[Any], view: LayerView) -> dict[str, Any]:
     """What of the code decides the stage's output: its declared dlas code and its own
     module (a digest), its libraries' versions, and the modules of plugin options chosen
-    on the layers it reads (`dlas.stages.code_version`)."""
+    on the layers it reads (`view`: the point reduced to them, `Point.only`;
+    `dlas.stages.code_version`)."""
     module = type(stage).__module__
     own = (module.removeprefix("dlas."),) if module.startswith("dlas.") else ()
     out: dict[str, Any] = {"code": code_digest((*stage.code, *own))}
@@ -39,18 +40,19 @@ def stage_code(stage: Stage[Any], point: Point) -> dict[str, Any]:
         out["stage_module"] = module_digest(module)
     if stage.libraries:
         out["libraries"] = library_versions(stage.libraries)
-    plugins = plugin_code({layer: point.choices[layer] for layer in stage.reads})
+    plugins = plugin_code(view.choices)
     if plugins:
         out["plugins"] = plugins
     return out
 
 
 def stage_key(stage: Stage[Any], point: Point, parent_key: str | None) -> str:
-    inputs = stage.key_inputs(point.only(stage.reads, reader=f"stage '{stage.name}' key"))
+    view = point.only(stage.reads, reader=f"stage '{stage.name}' key")
+    inputs = stage.key_inputs(view)
     if stage.parent_field:
         inputs[stage.parent_field] = parent_key
     return digest({"stage": stage.name, "stage_version": stage.version,
-                   **stage_code(stage, point), **inputs})
+                   **stage_code(stage, view), **inputs})
 
 
 class KeyMemo:
