@@ -105,10 +105,10 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
     from dlas.runner.cache import Cache
     from dlas.runner.executor import StageExecutor
     from dlas.runner.workspace import StageTally
-    from dlas.stages import BY_NAME, IMPORT, TRAIN
+    from dlas.stages import BY_NAME, IMPORT, TRAIN, verified
     from dlas.stages.base import Inputs, StageEnv
     from dlas.stages.facts import MeasureFacts
-    from dlas.stages.timed import Timed, TimedStage, TimingContext, verify
+    from dlas.stages.timed import Timed, TimedStage, TimingContext, reverify, verify
 
     _start_openmp(request.threads, request.cpus)
     registry.load_plugins()
@@ -134,8 +134,15 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
                     results[member.label] = {"facts": made.to_meta()}
                     continue
                 made.label = member.label
-                facts = verify(made, inputs[IMPORT], member.point, inputs, env,
-                               accuracy_available=inputs.facts(TRAIN).accuracy is not None)
+                entry = (member.stage, member.keys[member.stage])
+                prior = verified.load(cache.root, *entry)
+                facts = None if prior is None else reverify(made, inputs[IMPORT],
+                                                             member.point, prior)
+                if facts is None:  # never checked in full, or the re-check failed
+                    facts = verify(made, inputs[IMPORT], member.point, inputs, env,
+                                   accuracy_available=inputs.facts(TRAIN).accuracy is not None)
+                if prior is None:
+                    verified.save(cache.root, *entry, facts)
                 emit(event="verified", label=member.label, passed=facts.passed)
                 if not facts.passed:
                     made.close()

@@ -179,6 +179,27 @@ def verify(subject: Timed, imported: ImportedModule, point: Point, inputs: Input
     return facts
 
 
+def reverify(subject: Timed, imported: ImportedModule, point: Point, prior: MeasureFacts
+             ) -> MeasureFacts | None:
+    """`prior`'s facts for `subject` when the same compiled artifact, checked in full
+    before (`dlas.stages.verified`), still computes the reference's output for the first
+    input; None when it does not (verify in full then)."""
+    from dlas.measure.verify import verify_outputs
+
+    precision = imported.facts.precision
+    got = subject.run_batch1(imported.inputs[:1])
+    check = verify_outputs(got, imported.outputs[:1], dtype=precision,
+                           reference=imported.facts.reference,
+                           output_step=imported.facts.output_step)
+    if not check.passed:
+        return None
+    subject.x = imported.inputs[:1]
+    subject.number = point.budgets.measure_number
+    return MeasureFacts(verification=prior.verification, fp32_agreement=prior.fp32_agreement,
+                        accuracy=prior.accuracy, threads=subject.threads,
+                        runtime_info=subject.info())
+
+
 def dataset_accuracy(run: Any, dataset: Any, batch_size: int = 256) -> float:
     """Top-1 accuracy of `run(x) -> logits` over a dataset (batched: the number does not
     depend on the batch size, only the time to get it)."""
