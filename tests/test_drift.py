@@ -154,3 +154,35 @@ def test_a_damaged_record_costs_the_pairs_not_the_sweep(
         is_baseline = False
 
     rows.keep_figure(_Point(), "k", run)  # type: ignore[arg-type]  # warns, does not raise
+
+
+def test_an_invocation_keeps_one_figure_per_entry_pooled_over_its_passes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three passes of one `dlas run` (runs after the invocation started) leave one figure
+    of the entry in the record, their pooled median, replaced pass by pass: a pair is what
+    two invocations' rows differ by. A run from before this invocation (an earlier one's,
+    kept in the workspace's history) is not pooled into it."""
+    import sqlite3
+
+    from dlas.runner import rows
+
+    path = tmp_path / "drift.sqlite"
+    monkeypatch.setenv("DLAS_DRIFT_RECORD", str(path))
+    start = drift_record.INVOCATION_STARTED
+
+    def run(i: int, ms: float, at: float) -> TimingRun:
+        return TimingRun(run_id=f"r{i}", started_at=at, placement="near",
+                         rounds=[TimingRound(index=j, placement="near", samples_ms=[ms] * 5)
+                                 for j in range(4)])
+
+    class _Point:
+        is_baseline = False
+
+    old = run(0, 50.0, start - 100.0)
+    history = [old]
+    for i, ms in enumerate((1.0, 1.0, 1.3), start=1):
+        history.append(run(i, ms, start + i))
+        rows.keep_figure(_Point(), "k", history[-1], history)  # type: ignore[arg-type]
+    with sqlite3.connect(path) as conn:
+        kept = conn.execute("SELECT run_id, invocation, median_ms FROM run_figures").fetchall()
+    assert kept == [(f"{drift_record.INVOCATION}-near", drift_record.INVOCATION, 1.0)]

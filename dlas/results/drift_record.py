@@ -1,8 +1,9 @@
 """This machine's run-to-run drift, kept across workspaces: what `dlas.results.drift`
 measures a row's next-run range from.
 
-Every timing run dlas takes adds its own figure (the row's rule over that run alone) to
-one small SQLite file per user (`$DLAS_DRIFT_RECORD`, default
+Every invocation adds, per timing entry and placement, the figure of the runs it took
+(the row's rule over its passes, `dlas.runner.rows.keep_figure`; older records hold one
+figure per run) to one small SQLite file per user (`$DLAS_DRIFT_RECORD`, default
 `~/.cache/dlas/drift.sqlite`), keyed by the machine (CPU model and cores), the compiled
 artifact (the timing entry's key: the same config gives the same key in any workspace)
 and the vCPU placement. A pair is a figure and the next one of the same artifact in the
@@ -21,6 +22,7 @@ import logging
 import math
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: This process's invocation: runs of one `dlas run` are not pairs of each other.
 INVOCATION = uuid.uuid4().hex
+#: When it started: the timing runs it took began after this.
+INVOCATION_STARTED = time.time()
 #: Figures per machine a drift estimate reads (the newest), so it follows the machine.
 KEEP = 4000
 

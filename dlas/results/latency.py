@@ -153,6 +153,14 @@ def run_figures(run: TimingRun) -> PlacementFigures:
                             ci.rounds, ci.runs)
 
 
+def invocation_figures(runs: Sequence[TimingRun], placement: str
+                       ) -> PlacementFigures | None:
+    """The figure of some of a point's runs (one invocation's passes) in `placement`, by
+    the row's rule; None when none of their chunks is usable there."""
+    used, loaded = usable_runs(runs)
+    return figures(used, placement, allow_loaded=loaded)
+
+
 def run_groups(run: TimingRun) -> dict[tuple[str, int], list[float]]:
     """The rounds `run_figures` takes its figure from: {(run id, round index): samples}."""
     used, loaded = usable_runs([run])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from dlas.measure.placement import LOCAL_PLACEMENTS
@@ -19,7 +20,12 @@ from dlas.measure.record import TimingRun
 from dlas.results import drift_record
 from dlas.results.drift import next_run_range, prior
 from dlas.results.environment import capture_environment
-from dlas.results.latency import latency_columns, legacy_run, run_figures
+from dlas.results.latency import (
+    invocation_figures,
+    latency_columns,
+    legacy_run,
+    run_figures,
+)
 from dlas.results.row import ResultRow
 from dlas.results.store import ResultStore
 from dlas.stages.facts import CompileFacts, CompressFacts, ImportFacts, MeasureFacts, TrainFacts
@@ -190,19 +196,27 @@ def record_timing(store: ResultStore, point: Point, timing_key: str,
     if measured.passed and (measured.timing is not None or measured.samples_ms):
         run = timing_run_of(measured)
         store.add_timing_run(point.key, timing_key, run)
-        keep_figure(point, timing_key, run)
+        history = store.timing_runs(point.key, timing_key)
+        keep_figure(point, timing_key, run, history)
+        return history
     return store.timing_runs(point.key, timing_key)
 
 
-def keep_figure(point: Point, timing_key: str, run: TimingRun) -> None:
-    """Add a run taken on this machine to its drift record (`dlas.results.drift_record`);
-    a record that cannot be written costs the next-run ranges their own pairs, not the
-    sweep."""
+def keep_figure(point: Point, timing_key: str, run: TimingRun,
+                history: Sequence[TimingRun] = ()) -> None:
+    """Add what this invocation measured of the entry to the machine's drift record
+    (`dlas.results.drift_record`): the figure of its runs in `run`'s placement pooled as
+    the row pools them, one per invocation and placement (each pass replaces it), so that
+    a pair is what two independent invocations' rows differ by (with three short passes,
+    single runs differ more than rows do). A record that cannot be written costs the
+    next-run ranges their own pairs, not the sweep."""
     if run.placement not in LOCAL_PLACEMENTS or not any(r.samples_ms for r in run.rounds):
         return
+    mine = [r for r in history if r.placement == run.placement
+            and r.started_at >= drift_record.INVOCATION_STARTED] or [run]
     try:
-        fig = run_figures(run)
-        drift_record.add_figure(timing_key, run.run_id, runtime_of(point), run.placement,
-                                run.started_at, fig.median)
+        fig = invocation_figures(mine, run.placement) or run_figures(run)
+        drift_record.add_figure(timing_key, f"{drift_record.INVOCATION}-{run.placement}",
+                                runtime_of(point), run.placement, run.started_at, fig.median)
     except (OSError, sqlite3.Error) as exc:
         log.warning("drift record %s not written (%s)", drift_record.record_path(), exc)
