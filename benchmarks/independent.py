@@ -1,16 +1,17 @@
 """Numbers that hold across runs, measured as a user meets them: independent invocations.
 
 Each invocation is `dlas run CONFIG --passes P` in its own copy of a finished workspace,
-with the results database and the timing entries removed (`cache/measure`,
-`cache/baseline`): it shares the trained, compressed and compiled artifacts, so only
-timing runs, and nothing of the others' timing history. They run one after another,
-minutes apart, with the default budgets unless `--passes` says otherwise. Printed per
-runtime (TVM, ONNX Runtime, PyTorch), comparing each invocation with the next within one
+with the results database, the timing entries and the verification records removed
+(`cache/measure`, `cache/baseline`, `cache/verified`): it shares the trained, compressed
+and compiled artifacts, so only timing runs, and nothing of the others' timing history.
+They run one after another, minutes apart, with the default budgets unless `--passes`
+says otherwise (`--passes 1`: one 10-round pass, the default before 3 short ones). Printed
+per runtime (TVM, ONNX Runtime, PyTorch), comparing each invocation with the next within one
 vCPU placement (|log ratio| median / worst) and the coverage of each kind of interval
 (the share of rows whose next invocation's median fell inside this invocation's):
 
-- "1 pass": each point's first timing run alone, as a row reads after the default
-  budgets (`timing_passes: 1`), with its within-run 95% CI and its next-run range;
+- "1 pass": each point's first timing run alone (with `--passes 1`, the rows as
+  written), with its within-run 95% CI and its next-run range;
 - "P passes": the rows as written (every pass pooled);
 - pass to pass within one invocation (minutes apart, fresh workers, same process),
   against invocation to invocation: which of the two the drift comes with;
@@ -48,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 #: What an independent invocation must not inherit: the results and the timing entries.
 NOT_COPIED = ("results.db", "results.db-wal", "results.db-shm", "report")
-TIMING_ENTRIES = ("measure", "baseline")
+TIMING_ENTRIES = ("measure", "baseline", "verified")
 
 
 @dataclass(frozen=True)

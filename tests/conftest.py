@@ -8,6 +8,7 @@ import pickle
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,14 +79,38 @@ def _short_timing_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = timing.rounds_policy
 
-    def capped(point: object) -> timing.RoundsPolicy:
-        policy = real(point)  # type: ignore[arg-type]
+    def capped(point: Any) -> timing.RoundsPolicy:
+        if "timing_passes" not in point.budgets.model_fields_set:
+            # a sweep run without `dlas.runner.passes` (Runner.run) is one whole pass here
+            # (`_one_timing_pass`), not the first of the default three
+            point = dataclasses.replace(point, budgets=point.budgets.model_copy(
+                update={"timing_passes": 1}))
+        policy = real(point)
         return dataclasses.replace(
             policy, placement_budget_s=0.0,
             noise_budget_s=min(policy.noise_budget_s, TEST_NOISE_BUDGET_S),
             min_rounds=min(policy.min_rounds, 3))
 
     monkeypatch.setattr(timing, "rounds_policy", capped)
+
+
+@pytest.fixture(autouse=True)
+def _one_timing_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's sweeps take one timing pass unless their config or `--passes` asks for
+    more: the default three (`budgets.timing_passes`) would start every sweep test's
+    timing workers three times, and the suite's timings are not results. Tests of passes
+    set them; the default itself is checked in test_measurement.py."""
+    from dlas.runner import passes as module
+
+    real = module.run_in_passes
+
+    def one_pass(executor: Any, config: Any, *, passes: int | None = None,
+                 **kw: Any) -> Any:
+        if passes is None and "timing_passes" not in config.budgets.model_fields_set:
+            passes = 1
+        return real(executor, config, passes=passes, **kw)
+
+    monkeypatch.setattr(module, "run_in_passes", one_pass)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner
 from dlas.runner.workspace import RunReport, Workspace
-from dlas.stages import stage_keys
+from dlas.stages import stage_keys, verified
 from dlas.sweep.config import Budgets, ConfigError, parse_config
 from dlas.sweep.grid import UNKEYED_BUDGETS, digest, expand
 from dlas.tuning.baselines.base import time_peer
@@ -33,6 +34,28 @@ def test_time_peer_discards_warmup_and_averages_number_calls() -> None:
     assert all(s >= 0 for s in samples)
     with pytest.raises(ValueError):
         time_peer(lambda: None, repeat=0)
+
+
+def test_timing_passes_share_the_points_rounds_samples_and_wait(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three passes by default, each run taking its share of the point's budgets (at
+    least 4 rounds), so three short runs minutes apart cost about 1.5x one long one."""
+    from types import SimpleNamespace
+
+    monkeypatch.undo()  # the suite's caps (conftest) off: the policy a sweep gets
+    from dlas.runner.timing_groups import rounds_policy
+
+    def policy(**budgets: Any) -> tuple[int, int, float]:
+        p = rounds_policy(SimpleNamespace(budgets=Budgets(**budgets)))  # type: ignore[arg-type]
+        return p.samples, p.min_rounds, p.placement_budget_s
+
+    assert Budgets().timing_passes == 3
+    assert policy() == (50, 4, 10.0)
+    assert policy(timing_passes=1) == (150, 10, 30.0)  # one long run, as before
+    assert policy(timing_passes=2) == (75, 5, 15.0)
+    assert policy(timing_passes=3, timing_rounds=20)[1] == 7
+    assert policy(timing_passes=6)[:2] == (25, 4)  # never under 4 rounds a pass
+    assert policy(timing_passes=3, timing_rounds=3)[1] == 3  # nor over the rounds asked
 
 
 def test_timing_budgets_are_documented_and_outside_every_key() -> None:
@@ -195,6 +218,8 @@ def test_remeasure_noisy_then_remeasure_keep_every_run(
         (twice,) = store.rows()
         runs = store.timing_runs(twice.point_key, twice.timing_key)
     assert twice.timing_runs == 5 and [r.source for r in runs[3:]] == ["remeasure"] * 2
+    # each of the 2 passes took half the samples one pass took (9 asked: 5 each)
+    assert runs[0].policy["samples"] == 9 and runs[3].policy["samples"] == 5
     assert runs[3].started_at < runs[4].started_at
     # a plain run in 6 passes times only what a point still owes: one run, then none
     for owed in (1, 0):
@@ -233,3 +258,7 @@ def test_timing_passes_in_the_config_give_each_point_that_many_runs(
         assert row.status == "ok" and row.timing_runs == len(runs) == 2
         assert [r.source for r in runs] == ["sweep", "sweep"]
         assert runs[0].started_at < runs[1].started_at
+        # the second pass re-checked one input against the first pass's full check
+        # (`dlas.stages.verified`), whose figures the row keeps
+        assert row.verified == 1 and row.max_abs_diff is not None
+        assert verified.record_path(shared_cache, "measure", row.timing_key).exists()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +187,9 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
                   else planned_trials(point, convs))
     runs = 0
     if stage in ("measure", "baseline"):
-        runs = b.warmup + b.measure_repeat * b.measure_number + b.verify_samples
+        # one pass's share of the samples (the estimate counts every pass)
+        runs = (b.warmup + math.ceil(b.measure_repeat / b.timing_passes) * b.measure_number
+                + b.verify_samples)
     return StageWork(
         stage=stage, key=key, options={layer: c.name for layer, c in point.choices.items()},
         macs=macs, convs=convs, train_images=train_images, test_images=test_images,

@@ -8,6 +8,10 @@ Zen 5, while the figure pooled over three runs agreed with another such figure w
 6.4% (TVM) and 6.7% (PyTorch). Repeating at the level that varies (Kalibera & Jones) is
 the cure the evidence supports; spreading the runs is what makes them independent.
 
+The passes share a point's budgets (`dlas.runner.timing_groups.rounds_policy`): with the
+default 10 rounds and 3 passes, each run takes 4 rounds and a third of the samples, so the
+three cost about 1.5x one long run (the workers' start is paid per pass).
+
 Pass 1 is the sweep itself. Each later pass drops the cached timing of every ok point
 whose history has fewer runs than the passes so far (`dlas.runner.remeasure`) and runs
 the sweep again: everything else is cached, so only timing workers run, and each row is
@@ -37,6 +41,9 @@ def run_in_passes(executor: SweepExecutor, config: SweepConfig, *, fail_fast: bo
         raise ValueError(f"timing passes must be at least 1, got {total}")
     if remeasure not in (None, ALL, NOISY):
         raise ValueError(f"remeasure must be {ALL!r}, {NOISY!r} or None, not {remeasure!r}")
+    if total != config.budgets.timing_passes:  # `--passes`: each run takes its share
+        config = config.model_copy(update={"budgets": config.budgets.model_copy(
+            update={"timing_passes": total})})
     table = executor.console.table_in_summary
     executor.console.table_in_summary = table and total == 1  # once, after the last pass
     try:

@@ -58,7 +58,9 @@ class SweepExecutor(Protocol):
     def run(self, config: SweepConfig, *, fail_fast: bool = False,
             retry_failed: bool = False) -> RunReport:
         """Run the sweep (cached: a second run recomputes nothing; interrupted: the report
-        says so, and the same call resumes)."""
+        says so, and the same call resumes). Its timings are one pass of the config's
+        `budgets.timing_passes` (each takes its share of the rounds and samples);
+        `dlas.runner.passes.run_in_passes` runs all of them."""
         ...
 
 

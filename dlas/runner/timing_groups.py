@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -93,10 +94,22 @@ def group_title(point: Point) -> str:
     return f"{point.models.label} on {point.datasets.label}, {point.targets.label}"
 
 
+#: Rounds one timing pass takes at least: fewer leave a pass's figure to a handful of
+#: chunks, and the first rounds of a run are the ones taken while the placement settles
+#: (docs/timing.md: passes cut to their first 3 rounds brought the worst cases back).
+MIN_ROUNDS_PER_PASS = 4
+
+
 def rounds_policy(point: Point) -> RoundsPolicy:
+    """One timing run's rounds: the point's budgets (rounds, samples, placement wait)
+    shared by its `timing_passes`, so that three passes minutes apart cost little more
+    than one long run and agree better across invocations (docs/timing.md)."""
     b = point.budgets
-    return RoundsPolicy(samples=b.measure_repeat, min_rounds=b.timing_rounds,
-                        placement_budget_s=b.placement_wait_s,
+    passes = b.timing_passes
+    return RoundsPolicy(samples=math.ceil(b.measure_repeat / passes),
+                        min_rounds=max(min(MIN_ROUNDS_PER_PASS, b.timing_rounds),
+                                       math.ceil(b.timing_rounds / passes)),
+                        placement_budget_s=b.placement_wait_s / passes,
                         noise_retries=b.noise_retries, noise_budget_s=b.noise_budget_s,
                         warmup=b.warmup)
 

@@ -42,7 +42,8 @@ class Budgets(BaseModel):
     max_lr: float = Field(0.05, gt=0, description="one-cycle peak learning rate")
     finetune_lr: float = Field(0.05, gt=0, description="fine-tuning one-cycle peak LR")
     tuning_trials: int = Field(0, ge=0, description="auto-scheduler trials (total)")
-    measure_repeat: int = Field(150, ge=1, description="timed runs per point (paper: 150)")
+    measure_repeat: int = Field(150, ge=1, description="timed runs per point (paper: 150), "
+                                                       "spread over its timing passes")
     measure_number: int = Field(1, ge=1, description="calls averaged inside one timed run")
     warmup: int = Field(1, ge=0, description="discarded warm-up runs")
     verify_samples: int = Field(16, ge=1, description="inputs compared against PyTorch")
@@ -55,18 +56,21 @@ class Budgets(BaseModel):
                                 "changes")
     timing_rounds: int = Field(
         10, ge=2, description="rounds each variant is timed in, interleaved with the other "
-                              "variants of its model; measure_repeat samples are spread over "
-                              "them, and the confidence interval resamples them")
+                              "variants of its model, spread over its timing passes (each "
+                              "pass takes its share, at least 4); measure_repeat samples are "
+                              "spread over them, and the confidence interval resamples them")
     timing_passes: int = Field(
-        1, ge=1, le=20, description="timing runs each measured point gets, each pass after "
-                                    "the last one finished every model; a row pools them. "
-                                    "On shared VMs runs minutes apart differ by up to "
-                                    "10-18%, pooled over 3 they agree within 7% "
-                                    "(docs/timing.md)")
+        3, ge=1, le=20, description="timing runs each measured point gets, each pass after "
+                                    "the last one finished every model, sharing the point's "
+                                    "rounds, samples and placement wait; a row pools them. "
+                                    "Runs minutes apart differ by several percent on shared "
+                                    "VMs; three short passes agree better across invocations "
+                                    "than one long run (docs/timing.md)")
     placement_wait_s: float = Field(
-        30.0, ge=0, description="seconds a timing group may keep taking rounds for the vCPUs "
-                                "to move to near placement (docs/timing.md); after that the "
-                                "placement with most rounds is used and recorded")
+        30.0, ge=0, description="seconds a point's timing may keep taking rounds for the "
+                                "vCPUs to move to near placement (docs/timing.md), spread "
+                                "over its timing passes; after that the placement with most "
+                                "rounds is used and recorded")
     noise_retries: int = Field(
         5, ge=0, description="re-takes per timing group of rounds taken while other "
                              "processes kept the CPUs busy; 0: never re-take")
