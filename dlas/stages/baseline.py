@@ -79,7 +79,7 @@ class BaselineStage(TimedStage):
     parent_field = "imported"
     reads = ("tuning", "targets")
     needs = ("data", "train", "compress", "import")
-    code = ("measure", "stages/timed", "tuning/baselines")
+    code = ("measure", "stages/timed", "stages/verified", "tuning/baselines")
     libraries = ("onnxruntime", "torch")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class MeasureStage(TimedStage):
     needs = ("data", "train", "import", "compile")
     #: the timing method and the verification (a change re-times: a row says what the
     #: code measuring it does)
-    code = ("measure", "stages/timed")
+    code = ("measure", "stages/timed", "stages/verified")
     libraries = ("apache-tvm", "apache-tvm-ffi")
 
     def key_inputs(self, point: Point) -> dict[str, Any]:
