@@ -79,13 +79,13 @@ def _short_timing_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = timing.rounds_policy
 
-    def capped(point: Any) -> timing.RoundsPolicy:
-        if "timing_passes" not in point.budgets.model_fields_set:
+    def capped(point: Any, passes: int | None = None) -> timing.RoundsPolicy:
+        if passes is None and "timing_passes" not in point.budgets.model_fields_set:
             # a sweep run without `dlas.runner.passes` (Runner.run) is one whole pass here
             # (`_one_timing_pass`), not the first of the default three
             point = dataclasses.replace(point, budgets=point.budgets.model_copy(
                 update={"timing_passes": 1}))
-        policy = real(point)
+        policy = real(point, passes)
         return dataclasses.replace(
             policy, placement_budget_s=0.0,
             noise_budget_s=min(policy.noise_budget_s, TEST_NOISE_BUDGET_S),

@@ -56,6 +56,8 @@ def test_timing_passes_share_the_points_rounds_samples_and_wait(
     assert policy(timing_passes=3, timing_rounds=20)[1] == 7
     assert policy(timing_passes=6)[:2] == (25, 4)  # never under 4 rounds a pass
     assert policy(timing_passes=3, timing_rounds=3)[1] == 3  # nor over the rounds asked
+    # a profile is one run, not a pass: the whole budgets
+    assert rounds_policy(SimpleNamespace(budgets=Budgets()), 1).min_rounds == 10  # type: ignore[arg-type]
 
 
 def test_timing_budgets_are_documented_and_outside_every_key() -> None:

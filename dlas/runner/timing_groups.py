@@ -100,12 +100,13 @@ def group_title(point: Point) -> str:
 MIN_ROUNDS_PER_PASS = 4
 
 
-def rounds_policy(point: Point) -> RoundsPolicy:
+def rounds_policy(point: Point, passes: int | None = None) -> RoundsPolicy:
     """One timing run's rounds: the point's budgets (rounds, samples, placement wait)
-    shared by its `timing_passes`, so that three passes minutes apart cost little more
-    than one long run and agree better across invocations (docs/timing.md)."""
+    shared by its `timing_passes` (or `passes`: 1 for a run that is the only one, a
+    profile), so that three passes minutes apart cost little more than one long run and
+    agree better across invocations (docs/timing.md)."""
     b = point.budgets
-    passes = b.timing_passes
+    passes = passes or b.timing_passes
     return RoundsPolicy(samples=math.ceil(b.measure_repeat / passes),
                         min_rounds=max(min(MIN_ROUNDS_PER_PASS, b.timing_rounds),
                                        math.ceil(b.timing_rounds / passes)),
@@ -138,7 +139,9 @@ def group_request(first: Point, members: list[TimingMember], workspace_root: str
     threads, cpus, single, probe = plan_threads(first)
     return TimingRequest(
         workspace_root=workspace_root, cache_dir=cache_dir, members=members,
-        policy=rounds_policy(first), threads=threads, cpus=cpus, single=single,
+        # a profile is one run, not a pass: the whole budgets
+        policy=rounds_policy(first, 1 if mode == "profile" else None), threads=threads,
+        cpus=cpus, single=single,
         probe_placement=probe, source=source, seed=first.budgets.seed, mode=mode)
 
 
