@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,10 +103,19 @@ def _parse_digest(value: object) -> FileDigest:
     return FileDigest(size, sha)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the new one, never half
+    (a process killed meanwhile leaves at most a hidden temporary file beside it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
+                                     suffix=".tmp", delete=False) as tmp:
+        try:
+            tmp.write(text)
+        except BaseException:
+            tmp.close()
+            os.unlink(tmp.name)
+            raise
+    os.replace(tmp.name, path)
 
 
 @dataclass(frozen=True)
@@ -153,7 +162,7 @@ def write_seal(path: Path, *, for_name: Path | None = None) -> None:
     """Write the digest of the file at `path` as the seal of `for_name` (default: `path`
     itself), atomically; lets a writer seal a temporary file under its final name."""
     digest = FileDigest.of(path)
-    _write_atomically(seal_path(for_name or path), json.dumps(digest.as_json()))
+    write_atomically(seal_path(for_name or path), json.dumps(digest.as_json()))
 
 
 def check_seal(path: Path) -> Verdict:

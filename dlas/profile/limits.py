@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -32,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from dlas.integrity import write_atomically
 from dlas.profile.cpu_table import theoretical_peak
 from dlas.profile.host_facts import (
     check_runs_here,
@@ -385,20 +385,6 @@ def _read_cached(path: Path) -> MachineLimits | None:
         return None
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.",
-                                     suffix=".tmp", delete=False) as tmp:
-        try:
-            tmp.write(text)
-        except BaseException:
-            tmp.close()
-            os.unlink(tmp.name)
-            raise
-    os.replace(tmp.name, path)
-
-
 def cached_limits(cache_dir: Path, tvm_target: dict, threads: int, cpus: list[int] | None,
                   *, refresh: bool = False) -> MachineLimits:
     """The limits for this machine, target and threads: read from the cache under
@@ -409,5 +395,5 @@ def cached_limits(cache_dir: Path, tvm_target: dict, threads: int, cpus: list[in
         if cached is not None:
             return cached
     limits = measure_limits(tvm_target, threads, cpus)
-    write_atomic(path, json.dumps(limits.model_dump(mode="json"), indent=2))
+    write_atomically(path, json.dumps(limits.model_dump(mode="json"), indent=2))
     return limits

@@ -135,13 +135,20 @@ def figures(runs: Sequence[TimingRun], placement: str, allow_loaded: bool
                             ci.rounds, ci.runs)
 
 
+def invocation_figures(runs: Sequence[TimingRun], placement: str
+                       ) -> PlacementFigures | None:
+    """The figure of some of a point's runs (one invocation's passes) in `placement`, by
+    the row's rule; None when none of their chunks is usable there."""
+    used, loaded = usable_runs(runs)
+    return figures(used, placement, allow_loaded=loaded)
+
+
 def run_figures(run: TimingRun) -> PlacementFigures:
     """One run's figure in its own placement, by the row's rule (`figures`: usable,
     undisturbed chunks; loaded rounds only where no clean one exists), so that a
     profile's latency and a row's mean the same thing. A run with no usable chunk gives
     the figure of all its rounds."""
-    used, loaded = usable_runs([run])
-    fig = figures(used, run.placement, allow_loaded=loaded)
+    fig = invocation_figures([run], run.placement)
     if fig is not None:
         return fig
     grouped = {(run.run_id, r.index): list(r.samples_ms) for r in run.rounds if r.samples_ms}
@@ -151,14 +158,6 @@ def run_figures(run: TimingRun) -> PlacementFigures:
     ci = median_ci(grouped)
     return PlacementFigures(float(np.median(samples)), ci.low, ci.high, len(samples),
                             ci.rounds, ci.runs)
-
-
-def invocation_figures(runs: Sequence[TimingRun], placement: str
-                       ) -> PlacementFigures | None:
-    """The figure of some of a point's runs (one invocation's passes) in `placement`, by
-    the row's rule; None when none of their chunks is usable there."""
-    used, loaded = usable_runs(runs)
-    return figures(used, placement, allow_loaded=loaded)
 
 
 def run_groups(run: TimingRun) -> dict[tuple[str, int], list[float]]:

@@ -193,13 +193,14 @@ def record_timing(store: ResultStore, point: Point, timing_key: str,
                   measured: MeasureFacts) -> list[TimingRun]:
     """Add the entry's timing run to the point's history; return the whole history of
     this entry (what the row's figures are computed over)."""
+    run = None
     if measured.passed and (measured.timing is not None or measured.samples_ms):
         run = timing_run_of(measured)
         store.add_timing_run(point.key, timing_key, run)
-        history = store.timing_runs(point.key, timing_key)
+    history = store.timing_runs(point.key, timing_key)
+    if run is not None:
         keep_figure(point, timing_key, run, history)
-        return history
-    return store.timing_runs(point.key, timing_key)
+    return history
 
 
 def keep_figure(point: Point, timing_key: str, run: TimingRun,

@@ -174,9 +174,15 @@ def verify(subject: Timed, imported: ImportedModule, point: Point, inputs: Input
         where = "the compiled model" if subject.runtime == "tvm" else subject.runtime
         with env.console.activity(f"accuracy in {where}"):
             facts.accuracy = subject.accuracy(inputs[DATA].test)
+    ready_to_time(subject, imported, point)
+    return facts
+
+
+def ready_to_time(subject: Timed, imported: ImportedModule, point: Point) -> None:
+    """What a verified subject is timed on: the first input, `measure_number` calls a
+    sample."""
     subject.x = imported.inputs[:1]
     subject.number = point.budgets.measure_number
-    return facts
 
 
 def reverify(subject: Timed, imported: ImportedModule, point: Point, prior: MeasureFacts
@@ -193,8 +199,7 @@ def reverify(subject: Timed, imported: ImportedModule, point: Point, prior: Meas
                            output_step=imported.facts.output_step)
     if not check.passed:
         return None
-    subject.x = imported.inputs[:1]
-    subject.number = point.budgets.measure_number
+    ready_to_time(subject, imported, point)
     return MeasureFacts(verification=prior.verification, fp32_agreement=prior.fp32_agreement,
                         accuracy=prior.accuracy, threads=subject.threads,
                         runtime_info=subject.info())

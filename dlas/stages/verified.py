@@ -16,9 +16,9 @@ for the same check; only passed checks are kept.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from dlas.integrity import write_atomically
 from dlas.stages.facts import MeasureFacts
 
 #: The record's folder under the cache root.
@@ -44,10 +44,6 @@ def save(cache_root: Path, stage: str, key: str, facts: MeasureFacts) -> None:
     not at all, so a worker killed meanwhile leaves no half record."""
     if not facts.passed:
         return
-    path = record_path(cache_root, stage, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     kept = MeasureFacts(verification=facts.verification, fp32_agreement=facts.fp32_agreement,
                         accuracy=facts.accuracy)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(kept.to_meta()))
-    os.replace(tmp, path)
+    write_atomically(record_path(cache_root, stage, key), json.dumps(kept.to_meta()))
