@@ -119,11 +119,14 @@ def spatial_pack(params: LayoutParams) -> ConvAlgorithm:
 
 @register("algorithms", "direct_csr", tags={"csr"}, params=LayoutParams,
           constraints=[needs_sparse_weights, vector_layouts_need_a_cpu],
-          description="direct convolution over a CSR weight (data/indices/indptr built at "
-                      "compile time); the loop over a filter's non-zeros is data-dependent, so "
-                      "zeros cost nothing; every conv kind. NHWC/NCHWc: block-CSR rows of "
-                      "one output-channel vector (a column is skipped when the whole vector "
-                      "is pruned), each stored vector feeding a register tile of columns")
+          description="direct convolution over a CSR weight (built at compile time); zeros "
+                      "cost nothing. NCHW: the pixel-tile sparse kernel (XNNPACK's SpMM "
+                      "design: a register tile of pixels per output channel, each non-zero "
+                      "broadcast into it) over the padded input in place; strided convs "
+                      "computed with 'spatial_pack_csr' (recorded per conv). NHWC/NCHWc: "
+                      "block-CSR rows of one output-channel vector (a column is skipped when "
+                      "the whole vector is pruned), each stored vector feeding a register "
+                      "tile of columns")
 def direct_csr(params: LayoutParams) -> ConvAlgorithm:
     from dlas.algorithms.direct import DirectCSRConv
 
@@ -131,8 +134,8 @@ def direct_csr(params: LayoutParams) -> ConvAlgorithm:
 
 
 @register("algorithms", "gemm_csr", tags={"csr"}, constraints=[needs_sparse_weights],
-          description="im2col, then CSR weight matrix x im2col matrix (sparse x dense, row by "
-                      "row); every conv kind")
+          description="im2col, then CSR weight matrix x im2col matrix by the pixel-tile "
+                      "sparse kernel (sparse x dense, XNNPACK's SpMM); every conv kind")
 def gemm_csr(params: NoParams) -> ConvAlgorithm:
     from dlas.algorithms.gemm import GemmCSRConv
 
@@ -140,9 +143,9 @@ def gemm_csr(params: NoParams) -> ConvAlgorithm:
 
 
 @register("algorithms", "spatial_pack_csr", tags={"csr"}, constraints=[needs_sparse_weights],
-          description="spatial pack of the input with CSR weight rows, output unpacked to "
-                      "NCHW. Grouped/depthwise convs: computed with 'direct_csr' (recorded "
-                      "per conv)")
+          description="the input packed into one plane per (row phase, kernel column), so "
+                      "every kernel tap is one offset, times the CSR weight rows by the "
+                      "pixel-tile sparse kernel; every conv kind")
 def spatial_pack_csr(params: NoParams) -> ConvAlgorithm:
     from dlas.algorithms.spatial_pack import SpatialPackCSRConv
 

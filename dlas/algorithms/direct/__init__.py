@@ -13,6 +13,7 @@ from ..blocked import PACKED_WEIGHT, VectorLayouts, blocking_of, vector_layout_r
 from ..csr import DATA, INDICES, INDPTR, CSRFormat, block_csr_from_weight
 from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
+from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
     VECTOR_DOT_NAME,
     conv2d_nchw_direct,
@@ -20,6 +21,7 @@ from .compute import (
     conv2d_vector_direct,
     conv2d_vector_direct_csr,
     conv2d_vector_direct_dot,
+    direct_csr_plan,
     pack_columns,
 )
 from .schedule import (
@@ -68,10 +70,18 @@ class DirectConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)
 
 
+#: Why a strided NCHW conv is not computed in place by `direct_csr` (see its fallback).
+STRIDED_CSR_REASON = ("a strided conv read in place gives the sparse kernel strided "
+                      "vector loads (gathers: 4-6x slower than packing the input by phase)")
+
+
 class DirectCSRConv(CSRFormat, ConvAlgorithm):
-    """Direct convolution over a CSR weight: every conv kind in NCHW, zeros skipped; plain
-    and depthwise convs in NHWC/NCHWc over block-CSR (rows of one output-channel vector,
-    columns the whole vector pruned skipped)."""
+    """Direct convolution over a CSR weight. NCHW: every stride-1 conv kind, by the
+    pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`) over the padded input in
+    place; strided convs fall back to `spatial_pack_csr` (recorded per conv), whose phase
+    planes give the kernel contiguous loads. NHWC and NCHWc: plain and depthwise convs
+    over block-CSR (rows of one output-channel vector, columns the whole vector pruned
+    skipped)."""
 
     name = "direct_csr"
     layouts = VectorLayouts.layouts
@@ -81,12 +91,22 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
             reason = vector_layout_reason(spec)
             if reason is not None:
                 return reason
+        elif spec.strides != (1, 1):
+            return STRIDED_CSR_REASON
         return super().unsupported_reason(spec)
+
+    def fallback(self) -> ConvAlgorithm:
+        from ..spatial_pack import SpatialPackCSRConv  # spatial_pack imports direct
+
+        return SpatialPackCSRConv()
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray]:
-        if spec.is_nchw or weight_value is None:
+        if weight_value is None:
             return super().weight_constants(spec, weight_value)
+        if spec.is_nchw:
+            layout, tiling = direct_csr_plan(spec, weight_value)
+            return sparse_rows(weight_value, spec, layout.grid, tiling)
         arrays = block_csr_from_weight(weight_value, blocking_of(spec).out_block)
         arrays[INDICES] = pack_columns(spec, arrays[INDICES])
         return arrays
@@ -94,10 +114,11 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
-        args = (weights[DATA], weights[INDICES], weights[INDPTR], spec)
         if not spec.is_nchw:
-            return conv2d_vector_direct_csr(data, *args)
-        return conv2d_nchw_direct_csr(data, *args)
+            return conv2d_vector_direct_csr(data, weights[DATA], weights[INDICES],
+                                            weights[INDPTR], spec)
+        return conv2d_nchw_direct_csr(data, weights[DATA], weights[OFFSETS],
+                                      weights[INDPTR], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
         if not spec.is_nchw:

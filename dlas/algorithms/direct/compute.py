@@ -20,11 +20,12 @@ from tvm import te, tirx
 from ...tir.schedule_helpers import target_simd
 from ..base import ConvSpec
 from ..blocked import blocking_of, input_index, pad_stored, read_input, stored_output
-from ..common import extern_stage, in_channel, pad_nchw, split_column, widen
+from ..common import extern_stage, in_channel, pad_nchw, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
+from ..spmm_kernel import PixelGrid, SparseTiling, plan, spmm_stage
 
 #: Name of the conv output stage.
 CONV_NAME = "conv2d_nchw_direct"
@@ -48,47 +49,69 @@ def conv2d_nchw_direct(data: te.Tensor, weight: te.Tensor, spec: ConvSpec) -> te
     return te.compute(spec.out_shape, fconv, name=CONV_NAME)
 
 
-#: Names of the direct CSR kernel's blocks: one per (n, o) row, the update inside it.
-CSR_ROW_NAME = "conv2d_nchw_direct_csr"
-CSR_UPDATE_NAME = "conv2d_nchw_direct_csr_update"
+#: Name of the direct CSR conv's output stage; its kernel's task block adds
+#: `spmm_kernel.TILES_SUFFIX`.
+CSR_NAME = "conv2d_nchw_direct_csr"
+
+
+@dataclass(frozen=True)
+class DirectCSRLayout:
+    """The direct CSR conv's input: the padded NCHW input in place, rows `row` elements
+    wide (the padded width, widened until a stride-sh row step is a whole number of
+    stride-sw column steps), `extra` (rows, columns) of zeros beyond the conv's padding
+    so every grid position's reads stay inside its channel's plane."""
+
+    grid: PixelGrid
+    extra: tuple[int, int]
+
+
+def direct_csr_layout(spec: ConvSpec, padded: int) -> DirectCSRLayout:
+    """The layout for `padded` grid positions (see `spmm_kernel.PixelGrid`).
+
+    Output (y, x) is grid position q = y * width + x with width = sh * row / sw; at q, tap
+    (ky, kx) reads element sw * q + ky*dh*row + kx*dw of its channel's padded plane, i.e.
+    row sh*y + ky*dh, column sw*x + kx*dw. Positions with x >= OW are computed and
+    dropped (the padded columns: 2 of every 34 at 32x32, 2 of 6 at 4x4).
+    """
+    _, _, h, w = spec.data_shape
+    pt, pl, pb, pr = spec.padding
+    hp, wp = h + pt + pb, w + pl + pr
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    kh, kw = spec.kernel_size
+    _, _, oh, ow = spec.out_shape
+    row = wp
+    while (sh * row) % sw or sh * row // sw < ow:
+        row += 1
+    width = sh * row // sw
+    taps = tuple(ky * dh * row + kx * dw for ky in range(kh) for kx in range(kw))
+    positions = (oh - 1) * width + ow
+    last = sw * (max(padded, positions) - 1) + max(taps)
+    rows = max(hp, last // row + 1)
+    grid = PixelGrid(positions=positions, padded=padded, width=width, stride=sw,
+                     channel=rows * row, taps=taps)
+    return DirectCSRLayout(grid, (rows - hp, row - wp))
+
+
+def direct_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None
+                    ) -> tuple[DirectCSRLayout, SparseTiling]:
+    grid, tiling = plan(spec, lambda padded: direct_csr_layout(spec, padded).grid, weight)
+    return direct_csr_layout(spec, grid.padded), tiling
 
 
 def conv2d_nchw_direct_csr(
-    data: te.Tensor, val: te.Tensor, col: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+    data: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: te.Tensor, spec: ConvSpec
 ) -> te.Tensor:
-    """The direct conv with a CSR weight (see `dlas.algorithms.csr`), no data reshaping.
+    """The direct conv over the kernel's CSR constants (`spmm_kernel.sparse_rows`), no
+    data reshaping: the padded input read in place by the pixel-tile kernel.
 
-        out[n, o, y, x] = sum_{j < ptr[o+1]-ptr[o]} val[ptr[o]+j]
-                          * pad(data)[n, g(o)*Cg + c(k), y*sh + ky(k)*dh, x*sw + kx(k)*dw]
+        out[n, o, y, x] = sum_{e in row o} val[e] * pad(data)_flat[n, off[e] + sw*(y*width + x)]
 
-    with k = col[ptr[o]+j] a column of the (O, Cg*KH*KW) weight matrix. The reduction's
-    extent comes from `ptr`, so TE cannot express a good loop order; the kernel is the
-    shared CSR row kernel (`dlas.algorithms.csr_kernel`) entered through `te.extern`,
-    after the TE padding stage.
+    with off[e] = channel(e) * plane + ky(e)*dh*row + kx(e)*dw (`direct_csr_layout`).
     """
-    padded = pad_nchw(data, spec.padding)
-    return extern_stage([padded, val, col, ptr], direct_csr_kernel(spec, padded, val, col, ptr))
-
-
-def direct_csr_kernel(spec: ConvSpec, padded: te.Tensor, val: te.Tensor, col: te.Tensor,
-                      ptr: te.Tensor) -> tirx.PrimFunc:
-    """The CSR row kernel over the padded NCHW input: per (n, o) row, the update over
-    (j, y, x) reads the pixel of channel g(o)*Cg + c(k) under kernel tap (ky(k), kx(k))."""
-    n, o, oh, ow = spec.out_shape
-    cg = spec.weight_shape[1]
-    sh, sw = spec.strides
-    dh, dw = spec.dilation
-    opg = spec.out_channels // spec.groups
-
-    def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, _tiles: Sequence[tirx.Var],
-              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
-        vy, vx = pixels
-        c, ky, kx = split_column(spec, k)
-        return vn, vo // opg * cg + c, vy * sh + ky * dh, vx * sw + kx * dw
-
-    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Data", tiles={},
-                          pixels={"y": oh, "x": ow}, index=index)
-    return csr_row_kernel(layout, (n, o), spec.out_dtype, padded, val, col, ptr)
+    layout, tiling = direct_csr_plan(spec)
+    padded = pad_nchw(data, spec.padding, layout.extra)
+    return spmm_stage(CSR_NAME, padded, val, off, ptr, spec, layout.grid, tiling)
 
 
 #: Name of the conv output stage in a vector layout (NHWC, NCHWc).

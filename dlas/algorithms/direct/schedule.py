@@ -13,9 +13,9 @@ Dense (`schedule_direct`), and nothing more:
 3. Padding stage `data_pad` (if any): fuse its leading loops in parallel and vectorize its
    innermost loop.
 
-CSR (`schedule_direct_csr`): the row block's (n, o) loops in parallel; inside, the loop
-over the row's non-zeros is outermost and the output width x is vectorized (see
-`schedule_util.schedule_csr_rows`); padding as above.
+CSR (`schedule_direct_csr`): the pixel-tile sparse kernel (`spmm_kernel`) brings its own
+loop nest (tiles, chunks, rows, vectors); its tasks run in parallel, the output stage is
+computed per task; padding as above, its (n, c) loops in parallel.
 
 No tiling, no unrolling, no cache stages, no layout change: everything else is left to
 tuning. Loops over the batch stay part of the parallel loop, so batch > 1 also scales.
@@ -34,9 +34,9 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_padding,
     parallelize_producers,
-    schedule_csr_rows,
     vectorize_under_reduction,
 )
+from ..spmm_kernel import schedule_spmm
 
 
 def schedule_direct(
@@ -56,10 +56,12 @@ def schedule_direct(
 
 
 def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the direct CSR conv whose row block is `block`; return the parallel loop."""
-    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
-    parallelize_producers(sch, block)
-    return outer
+    """Schedule the direct CSR conv whose kernel block is `block`; return the task loop."""
+
+    def padding(sch: s_tir.Schedule, tiles: SBlockRV) -> None:
+        parallelize_padding(sch, tiles, 2, spec.data_dtype)  # (n, c)
+
+    return schedule_spmm(sch, block, padding)
 
 
 def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec,

@@ -10,9 +10,10 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
-from ..csr import DATA, INDICES, INDPTR, CSRFormat
+from ..csr import DATA, INDPTR, CSRFormat
 from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
+from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
     VECTOR_GEMM_DOT_NAME,
     WEIGHT_2D,
@@ -20,6 +21,7 @@ from .compute import (
     conv2d_nchw_gemm_csr,
     conv2d_vector_gemm,
     conv2d_vector_gemm_dot,
+    gemm_csr_plan,
 )
 from .schedule import schedule_gemm, schedule_gemm_csr, schedule_gemm_vector
 
@@ -62,14 +64,23 @@ class GemmConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
 
 
 class GemmCSRConv(CSRFormat, ConvAlgorithm):
-    """im2col + CSR-sparse x dense matrix product; every conv kind, zeros skipped."""
+    """im2col + CSR-sparse x dense matrix product by the pixel-tile sparse kernel
+    (`dlas.algorithms.spmm_kernel`); every conv kind, zeros skipped."""
 
     name = "gemm_csr"
+
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray]:
+        if weight_value is None:
+            return super().weight_constants(spec, weight_value)
+        grid, tiling = gemm_csr_plan(spec, weight_value)
+        return sparse_rows(weight_value, spec, grid, tiling)
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
-        return conv2d_nchw_gemm_csr(data, weights[DATA], weights[INDICES], weights[INDPTR], spec)
+        return conv2d_nchw_gemm_csr(data, weights[DATA], weights[OFFSETS], weights[INDPTR],
+                                    spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
         return schedule_gemm_csr(sch, block, spec)

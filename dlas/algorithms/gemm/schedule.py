@@ -7,8 +7,8 @@
    the reduction k moved outside x, x vectorized, zero-initialisation split off. This is
    the same loop treatment as the direct conv's, so the two differ only by the im2col
    matrix being materialised.
-3. CSR product: (n, o) rows in parallel; inside, the loop over a row's non-zeros is
-   outermost and the output width x is vectorized (`schedule_util.schedule_csr_rows`).
+3. CSR product: the pixel-tile sparse kernel (`spmm_kernel`) brings its own loop nest;
+   its tasks run in parallel; its im2col's (n, c) loops in parallel, rows vectorized.
 
 No blocking of the matrices, no packing, no unrolling: all left to tuning.
 """
@@ -25,9 +25,9 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
     parallelize_rows,
-    schedule_csr_rows,
     vectorize_under_reduction,
 )
+from ..spmm_kernel import schedule_spmm
 
 
 def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
@@ -40,10 +40,15 @@ def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopR
 
 
 def schedule_gemm_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the CSR GEMM conv whose row block is `block`; return its parallel loop."""
-    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
-    _schedule_im2col(sch, block)
-    return outer
+    """Schedule the CSR GEMM conv whose kernel block is `block`; return its task loop."""
+
+    def im2col(sch: s_tir.Schedule, kernel: SBlockRV) -> None:
+        for producer in sch.get_producers(kernel):  # im2col, then its padding
+            for pad in sch.get_producers(producer):
+                parallelize_rows(sch, pad, 2, spec.data_dtype)  # (n, c)
+            parallelize_rows(sch, producer, 2, spec.data_dtype)
+
+    return schedule_spmm(sch, block, im2col)
 
 
 def _schedule_im2col(sch: s_tir.Schedule, block: SBlockRV) -> None:

@@ -10,10 +10,11 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
-from ..csr import DATA, INDICES, INDPTR, CSRFormat
-from ..direct import DirectConv, DirectCSRConv
+from ..csr import DATA, INDPTR, CSRFormat
+from ..direct import DirectConv
 from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
+from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
     KERNEL_VEC,
     VECTOR_DOT_TILES_NAME,
@@ -22,6 +23,7 @@ from .compute import (
     conv2d_vector_spatial_pack,
     conv2d_vector_spatial_pack_dot,
     pack_kernel,
+    spatial_pack_csr_plan,
 )
 from .schedule import (
     schedule_spatial_pack,
@@ -75,23 +77,23 @@ class SpatialPackConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
 
 
 class SpatialPackCSRConv(CSRFormat, ConvAlgorithm):
-    """Spatial pack of the input with CSR weight rows, groups == 1; grouped and depthwise
-    convs fall back to `direct_csr`."""
+    """The input packed into one plane per (row phase, kernel column), multiplied by the
+    CSR weight rows with the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`);
+    every conv kind."""
 
     name = "spatial_pack_csr"
 
-    def unsupported_reason(self, spec: ConvSpec) -> str | None:
-        if spec.groups != 1:
-            return GROUPED_REASON
-        return super().unsupported_reason(spec)
-
-    def fallback(self) -> ConvAlgorithm:
-        return DirectCSRConv()
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray]:
+        if weight_value is None:
+            return super().weight_constants(spec, weight_value)
+        planes, tiling = spatial_pack_csr_plan(spec, weight_value)
+        return sparse_rows(weight_value, spec, planes.grid, tiling)
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
-        return conv2d_nchw_spatial_pack_csr(data, weights[DATA], weights[INDICES],
+        return conv2d_nchw_spatial_pack_csr(data, weights[DATA], weights[OFFSETS],
                                             weights[INDPTR], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:

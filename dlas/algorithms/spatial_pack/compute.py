@@ -14,14 +14,13 @@ and
     conv[n, ot, ht, wt, vh, vw, vc] = sum_{c, ky, kx} kernel_vec[ot, c, ky, kx, vc]
         * data_vec[n, ht, wt, c, vh*sh + ky*dh, vw*sw + kx*dw]
 
-CSR: the weight rows stay per output channel (the CSR matrix), over the same packed input:
-
-    conv[n, o, ht, wt, vh, vw] = sum_e val[e] * data_vec[n, ht, wt, c(k), vh*sh + ky(k)*dh,
-                                                  vw*sw + kx(k)*dw],  k = col[e]
-
 The output is unpacked to NCHW (the block the compiler tags as the conv). Output tiles
 may overhang the image (the input is padded to whole tiles); the unpack drops the overhang.
 Groups are not packed: grouped and depthwise convs fall back to the direct algorithm.
+
+CSR packs the input for the pixel-tile sparse kernel instead (`PackedPlanes`): one plane
+per (row phase, kernel column), so every kernel tap is a row offset into a plane and the
+kernel's grid is the output itself. Groups need no packing of their own there.
 """
 
 from __future__ import annotations
@@ -36,19 +35,19 @@ from tvm import te, tirx
 from ...tir.schedule_helpers import target_simd
 from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
-from ..common import extern_stage, pad_nchw, split_column, widen
-from ..csr_kernel import CSRRowLayout, csr_row_kernel
+from ..common import extern_stage, pad_nchw, widen
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
+from ..spmm_kernel import PixelGrid, SparseTiling, plan, spmm_stage
 
 DATA_VEC_NAME = "data_vec"
 KERNEL_VEC = "kernel_vec"
 CONV_NAME = "conv2d_spatial_pack"
 UNPACK_NAME = "conv2d_nchw_spatial_pack"
-CSR_ROW_NAME = "conv2d_spatial_pack_csr"
-CSR_UPDATE_NAME = "conv2d_spatial_pack_csr_update"
-CSR_UNPACK_NAME = "conv2d_nchw_spatial_pack_csr"
+#: Names of the CSR form's packing stage and kernel block (the conv).
+CSR_PACK_NAME = "data_planes"
+CSR_NAME = "conv2d_nchw_spatial_pack_csr"
 
 #: Default tile: 16 output channels (one AVX-512 float32 register, two AVX2 ones), 2 output
 #: rows and 8 output columns. Smaller convs take smaller tiles (see `tiles_for`).
@@ -151,40 +150,87 @@ def conv2d_nchw_spatial_pack(data: te.Tensor, weights: dict[str, te.Tensor], spe
     )
 
 
-def conv2d_nchw_spatial_pack_csr(
-    data: te.Tensor, val: te.Tensor, col: te.Tensor, ptr: te.Tensor, spec: ConvSpec
-) -> te.Tensor:
-    """Packed input x CSR weight rows, then unpacked to NCHW (groups == 1)."""
-    t = tiles_for(spec)
-    data_vec = pack_data(data, spec)
-    tiles = extern_stage([data_vec, val, col, ptr],
-                         spatial_pack_csr_kernel(spec, data_vec, val, col, ptr))
-    return te.compute(
-        spec.out_shape,
-        lambda n, o, y, x: tiles[n, o, y // t.vh, x // t.vw, y % t.vh, x % t.vw],
-        name=CSR_UNPACK_NAME,
-    )
+@dataclass(frozen=True)
+class PackedPlanes:
+    """The CSR spatial pack's input: per input channel, one plane per (row phase a, kernel
+    column kx), plane[r, x] = pad(data)[sh*r + a, sw*x + kx*dw], `rows` rows of OW. Tap
+    (ky, kx) with ky*dh = sh*q + a reads its plane from row q on, so at output pixel
+    (y, x) it is element q*OW + (y*OW + x): the grid is the output, and the planes hold
+    only the phases some tap uses (1 of 2 for a 1x1 stride-2 conv)."""
+
+    grid: PixelGrid
+    phases: tuple[int, ...]
+    rows: int
 
 
-def spatial_pack_csr_kernel(spec: ConvSpec, data_vec: te.Tensor, val: te.Tensor,
-                            col: te.Tensor, ptr: te.Tensor) -> tirx.PrimFunc:
-    """The CSR row kernel over the packed input: per (n, o) row and tile (ht, wt), the
-    row's non-zeros, then the tile's pixels (vh, vw); output in tiles, unpacked later."""
-    t = tiles_for(spec)
+def packed_planes(spec: ConvSpec, padded: int) -> PackedPlanes:
+    """The packed planes for `padded` grid positions (see `spmm_kernel.PixelGrid`)."""
+    kh, kw = spec.kernel_size
+    sh, _ = spec.strides
+    dh, _ = spec.dilation
+    _, _, oh, ow = spec.out_shape
+    phases = tuple(sorted({ky * dh % sh for ky in range(kh)}))
+    lead = (kh - 1) * dh // sh
+    rows = -(-max(padded, oh * ow) // ow) + lead
+    plane = rows * ow
+    taps = tuple((phases.index(ky * dh % sh) * kw + kx) * plane + ky * dh // sh * ow
+                 for ky in range(kh) for kx in range(kw))
+    grid = PixelGrid(positions=oh * ow, padded=padded, width=ow, stride=1,
+                     channel=len(phases) * kw * plane, taps=taps)
+    if _reads_in_place(spec, padded):
+        grid = PixelGrid(oh * ow, padded, ow, 1, oh * ow, (0,))
+    return PackedPlanes(grid, phases, rows)
+
+
+def _reads_in_place(spec: ConvSpec, padded: int) -> bool:
+    _, _, oh, ow = spec.out_shape
+    return (spec.kernel_size == (1, 1) and spec.strides == (1, 1) and not any(spec.padding)
+            and padded == oh * ow)
+
+
+def spatial_pack_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None
+                          ) -> tuple[PackedPlanes, SparseTiling]:
+    grid, tiling = plan(spec, lambda padded: packed_planes(spec, padded).grid, weight)
+    return packed_planes(spec, grid.padded), tiling
+
+
+def pack_planes(data: te.Tensor, spec: ConvSpec, planes: PackedPlanes) -> te.Tensor:
+    """planes[n, c, a, kx, r, x] (see `PackedPlanes`) from a padding stage (rows past the
+    image: zeros added to it)."""
+    if _reads_in_place(spec, planes.grid.padded):
+        return data
+    _, kw = spec.kernel_size
     sh, sw = spec.strides
-    dh, dw = spec.dilation
+    _, dw = spec.dilation
+    _, _, h, _ = spec.data_shape
+    pt, _, pb, _ = spec.padding
+    _, _, _, ow = spec.out_shape
+    phases = planes.phases
+    needed = (planes.rows - 1) * sh + max(phases) + 1
+    padded = pad_nchw(data, spec.padding, (max(0, needed - (h + pt + pb)), 0))
 
-    def index(vn: tirx.Var, _vo: tirx.Var, k: tirx.Expr, tiles: Sequence[tirx.Var],
-              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
-        (vht, vwt), (vvh, vvw) = tiles, pixels
-        c, ky, kx = split_column(spec, k)
-        return vn, vht, vwt, c, vvh * sh + ky * dh, vvw * sw + kx * dw
+    def phase(a: tirx.Var) -> tirx.Expr:
+        value: tirx.Expr = tirx.const(phases[-1], "int32")
+        for index in range(len(phases) - 2, -1, -1):
+            value = tirx.Select(a == index, tirx.const(phases[index], "int32"), value)
+        return value
 
-    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Dv",
-                          tiles={"ht": t.ht, "wt": t.wt}, pixels={"vh": t.vh, "vw": t.vw},
-                          index=index)
-    return csr_row_kernel(layout, (spec.batch, spec.out_channels), spec.out_dtype, data_vec,
-                          val, col, ptr)
+    shape = (spec.batch, spec.in_channels, len(phases), kw, planes.rows, ow)
+    return te.compute(
+        shape,
+        lambda n, c, a, kx, r, x: padded[n, c, r * sh + phase(a), x * sw + kx * dw],
+        name=CSR_PACK_NAME)
+
+
+def conv2d_nchw_spatial_pack_csr(
+    data: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+) -> te.Tensor:
+    """The input packed into planes (`PackedPlanes`), multiplied by the CSR weight rows
+    with the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`); every conv kind
+    (a row's offsets name its group's channels)."""
+    planes, tiling = spatial_pack_csr_plan(spec)
+    return spmm_stage(CSR_NAME, pack_planes(data, spec, planes), val, off, ptr, spec,
+                      planes.grid, tiling)
 
 
 #: Names of the vector-layout spatial pack's stages.

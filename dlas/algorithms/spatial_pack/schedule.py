@@ -6,9 +6,9 @@
    n and the channel-tile loop fused in parallel; the reduction loops moved outside the
    tile (vh, vw, vc) and the channel lane loop vc vectorized — the packing exists so that
    this innermost loop is contiguous in both the packed weight and the output.
-3. CSR tile product: (n, o) rows in parallel; inside, per tile (ht, wt), the loop over
-   the row's non-zeros comes before the tile's pixels, and the tile row vw is vectorized
-   (`schedule_util.schedule_csr_rows`).
+3. CSR: the pixel-tile sparse kernel (`spmm_kernel`) brings its own loop nest; its tasks
+   run in parallel; the packed planes and their padding: (n, c) in parallel, rows
+   vectorized.
 4. Unpack to NCHW (the block the compiler tags): (n, o) fused in parallel, x vectorized;
    fused epilogues (bias, ReLU, ...) are computed at that parallel loop.
 
@@ -28,10 +28,10 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
     parallelize_rows,
-    schedule_csr_rows,
     vectorize_loop,
     vectorize_under_reduction,
 )
+from ..spmm_kernel import schedule_spmm
 from .compute import vector_tiles_for
 
 
@@ -46,11 +46,15 @@ def schedule_spatial_pack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) 
 
 
 def schedule_spatial_pack_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the CSR spatial pack whose unpack block is `block`; return its parallel loop."""
-    (row,) = sch.get_producers(block)
-    schedule_csr_rows(sch, row, spec.out_dtype, vector_loops=1)
-    _schedule_packing(sch, row)
-    return _schedule_unpack(sch, block, spec)
+    """Schedule the CSR spatial pack whose kernel block is `block`; return its task loop."""
+
+    def packing(sch: s_tir.Schedule, kernel: SBlockRV) -> None:
+        for planes in sch.get_producers(kernel):  # the planes, then their padding
+            for pad in sch.get_producers(planes):
+                parallelize_rows(sch, pad, 2, spec.data_dtype)  # (n, c)
+            parallelize_rows(sch, planes, 2, spec.data_dtype)
+
+    return schedule_spmm(sch, block, packing)
 
 
 def _schedule_packing(sch: s_tir.Schedule, conv: SBlockRV) -> None:
