@@ -68,11 +68,15 @@ def test_model_matches_pytorch(model_pair: tuple, algorithm: str, layout: str,
     assert check.passed, check.explain()
     assert check.top1_agreement == 1.0
     assert np.array_equal(got.argmax(1), ref.argmax(1))
-    # Only spatial pack falls back, only on depthwise convs, and says so per conv.
-    if algorithm.startswith("spatial_pack") and name == "mobilenetv2":
+    # Only dense spatial pack (on depthwise convs) and NCHW direct CSR (on strided convs)
+    # fall back, and say so per conv.
+    if algorithm == "spatial_pack" and name == "mobilenetv2":
         assert compiled.fallbacks
-        fallback = "direct_csr" if algorithm.endswith("_csr") else "direct"
-        assert all(f"computed with {fallback}" in line for line in compiled.fallbacks)
+        assert all("computed with direct" in line for line in compiled.fallbacks)
+    elif algorithm == "direct_csr" and layout == "NCHW":
+        assert compiled.fallbacks
+        assert all("s(2, 2)" in line and "computed with spatial_pack_csr" in line
+                   for line in compiled.fallbacks), compiled.fallbacks
     else:
         assert compiled.fallbacks == []
     if layout != "NCHW":  # every conv in the layout, back to NCHW only for the classifier

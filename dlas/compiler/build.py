@@ -283,6 +283,33 @@ def _tag_convs(mod: tvm.IRModule, made: dict[str, tuple[str, ConvSpec]]) -> tvm.
     return mod
 
 
+#: TVM's `OpPatternKind`s (relax/tir op_pattern): an opaque function fuses with nothing;
+#: a conv is "out-elementwise fusable" (its elementwise consumers fuse after it).
+OPAQUE_PATTERN, OUT_EWISE_FUSABLE = 8, 4
+
+
+def _fusable_convs(mod: tvm.IRModule, made: dict[str, tuple[str, ConvSpec]]) -> tvm.IRModule:
+    """Convs computed by the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`: the
+    NCHW CSR algorithms) are TIR written by hand, opaque to TVM's pattern analysis, so
+    `FuseOps` left their bias, ReLU and residual add as separate kernels (17 extra
+    kernels, each a thread launch and a pass over the activations, in a sparse ResNet18).
+    The kernel computes its whole output before anything reads it, as a TE conv does, so
+    it is marked as TE convs are and its epilogue fuses; `spmm_kernel.schedule_spmm`
+    then computes the epilogue per task. (The vector layouts' block-CSR kernel is left
+    opaque: FuseTIR refuses its data-dependent block iterator once indices are int64.)"""
+    for gvar, func in list(mod.functions_items()):
+        entry = made.get(gvar.name_hint)
+        if entry is None or not isinstance(func, tirx.PrimFunc):
+            continue
+        name, spec = entry
+        if not (name.endswith("_csr") and spec.is_nchw):
+            continue
+        pattern = func.attrs.get("op_pattern") if func.attrs is not None else None
+        if pattern is not None and int(pattern) == OPAQUE_PATTERN:
+            mod[gvar] = func.with_attr("op_pattern", OUT_EWISE_FUSABLE)
+    return mod
+
+
 def lower_to_tir(
     imp_mod: tvm.IRModule,
     params: dict[str, np.ndarray],
@@ -319,6 +346,7 @@ def lower_to_tir(
                 customize_legalize_map={"relax.nn.conv2d": legalizer})
             mod = _tag_convs(legalize(mod), legalizer.made)
             mod = relax.transform.AnnotateTIROpPattern()(mod)
+            mod = _fusable_convs(mod, legalizer.made)
         if fold != "none":  # what numpy left (nothing, for the models seen so far)
             with trace.phase("fold"):
                 mod = relax.transform.FoldConstant()(mod)
