@@ -5,10 +5,11 @@ rounds, placement recorded), in one workspace:
 
 * the models (width 0.5, digits, trained `--epochs`, fp32, batch 1, the host's threads),
   dense: direct, GEMM and spatial pack in NCHW and NCHWc, and ONNX Runtime;
-* pruned to each of `--levels` (global L1 unstructured `weight_pruning`, fine-tuned
-  `--finetune-epochs`), and with `--structured`, each structured pruning option at its
-  levels (block pruning at the SIMD width and 4x1, 2:4): every CSR algorithm, NCHW, and
-  direct CSR in NCHWc (block CSR);
+* pruned to each of `--levels` (L1 unstructured `weight_pruning`, in each of `--scopes`:
+  the paper's global ranking, and per layer; fine-tuned `--finetune-epochs`), and with
+  `--structured`, block pruning at the AVX-512 width (16x1) and 4x1 at 80%, and 2:4:
+  every CSR algorithm in NCHW, direct CSR in NCHWc (block CSR), and `mixed_csr` (per conv
+  sparse or dense, by density);
 * with `--avx2` on an AVX-512 host, all of it again for `-mcpu haswell` (the AVX2 code
   path, forced), so both SIMD paths are measured on one machine.
 
@@ -19,7 +20,8 @@ expected speedup (the paper's metric: speedup over the ideal 1 / (1 - sparsity))
 pruned model's accuracy beside the dense one's. A JSON copy goes to WORKSPACE/sparse.json.
 
     python benchmarks/sparse.py [--workspace DIR] [--models resnet18 mobilenetv2]
-                                [--levels 0.8 0.9] [--structured] [--avx2]
+                                [--levels 0.8 0.9] [--scopes global layer]
+                                [--structured] [--avx2]
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DENSE = ["direct", "gemm", "spatial_pack"]
 CSR = ["direct_csr", "gemm_csr", "spatial_pack_csr"]
-#: Structured options and the levels each is run at (`--structured`).
-STRUCTURED = {"block_pruning": [0.8, 0.9], "nm_pruning": [0.5]}
+#: Structured options run with `--structured`: (option, extra params, level).
+STRUCTURED = [("block_pruning", {"block": [16, 1]}, 0.8),
+              ("block_pruning", {"block": [4, 1]}, 0.8),
+              ("nm_pruning", {}, 0.5)]
 
 
 def dlas(*args: str, log: Path) -> str:
@@ -60,13 +64,18 @@ def pruning(name: str, level: float, extra: dict[str, Any] | None = None) -> dic
 
 def config(args: argparse.Namespace) -> dict[str, Any]:
     compression: list[Any] = ["none"]
-    compression += [pruning("weight_pruning", level) for level in args.levels]
+    for scope in args.scopes:
+        extra = {} if scope == "global" else {"scope": scope}
+        compression += [pruning("weight_pruning", level, extra) for level in args.levels]
     if args.structured:
-        for name, levels in STRUCTURED.items():
-            compression += [pruning(name, level) for level in levels]
+        for name, extra, level in STRUCTURED:
+            scopes = args.scopes if name == "block_pruning" else ["global"]
+            for scope in scopes:
+                compression.append(pruning(name, level, {
+                    **extra, **({} if scope == "global" else {"scope": scope})}))
     dense = [a if layout == "NCHW" else {"name": a, "params": {"layout": layout}}
              for a in DENSE for layout in ("NCHW", "NCHWc")]
-    sparse = [*CSR, {"name": "direct_csr", "params": {"layout": "NCHWc"}}]
+    sparse = [*CSR, {"name": "direct_csr", "params": {"layout": "NCHWc"}}, "mixed_csr"]
     targets: list[Any] = ["host"]
     if args.avx2:
         targets.append({"name": "host", "params": {"mcpu": "haswell"}})
@@ -165,6 +174,10 @@ def main() -> None:
     parser.add_argument("--workspace", type=Path, default=None)
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2"])
     parser.add_argument("--levels", nargs="+", type=float, default=[0.8, 0.9])
+    parser.add_argument("--scopes", nargs="+", choices=["global", "layer"],
+                        default=["global", "layer"],
+                        help="how weight and block pruning share a level among convs: "
+                             "global (the paper's), layer (every conv at the level)")
     parser.add_argument("--structured", action="store_true",
                         help="also block pruning (SIMD width, 4x1) and 2:4 N:M pruning")
     parser.add_argument("--avx2", action="store_true",

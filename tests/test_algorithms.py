@@ -245,7 +245,7 @@ def test_csr_skips_zeros() -> None:
     values, offsets, ptr = arrays
     split = values.shape[1]
     assert np.count_nonzero(values) == np.count_nonzero(w)
-    assert values.size == ptr[-1] and offsets.shape == values.shape
+    assert values.size == ptr[-1] and offsets.shape == values.shape[:2]
     segments = np.diff(ptr)  # (row, chunk) segments, each padded to whole groups of split
     assert (segments % split == 0).all()
     assert values.size - np.count_nonzero(w) < split * len(segments)

@@ -304,7 +304,7 @@ def _graph(name: str) -> tvm.IRModule:
 def test_layout_holds_between_convs(name: str, layout: str) -> None:
     """Every conv in the layout; reorders only at the edges: the image (NHWC; NCHWc
     reads it directly) and the global pool before the classifier."""
-    out, report = convert_layout(_graph(name), DataLayout.parse(layout), lambda spec: None)
+    out, report = convert_layout(_graph(name), DataLayout.parse(layout), lambda spec, weight: None)
     convs = sum(1 for b in out["main"].body.blocks for bd in b.bindings
                 if getattr(getattr(bd.value, "op", None), "name", "") == "relax.nn.conv2d")
     assert report.convs == convs and not report.kept_nchw
@@ -315,7 +315,7 @@ def test_layout_holds_between_convs(name: str, layout: str) -> None:
 
 def test_convs_the_algorithm_cannot_compute_keep_nchw() -> None:
     report = convert_layout(_graph("mobilenetv2"), DataLayout("NCHWc", 8),
-                            lambda spec: "no" if spec.groups > 1 else None)[1]
+                            lambda spec, weight: "no" if spec.groups > 1 else None)[1]
     assert report.kept_nchw and all(line.endswith(": no") for line in report.kept_nchw)
     # each depthwise conv now reads NCHW and its output goes back into the layout
     assert report.to_nchw["conv2d"] == len(report.kept_nchw)
@@ -407,6 +407,6 @@ def test_per_tensor_quantization_follows_the_layout() -> None:
                                            axis=1, out_dtype="int8"))
             out = bb.emit_output(q2)
         bb.emit_func_output(out)
-    report = convert_layout(bb.get(), DataLayout("NCHWc", 8), lambda spec: None)[1]
+    report = convert_layout(bb.get(), DataLayout("NCHWc", 8), lambda spec, weight: None)[1]
     assert report.convs == 2
     assert dict(report.to_nchw) == {"quantize": 1}  # only the per-channel one

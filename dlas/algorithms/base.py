@@ -103,6 +103,17 @@ class ConvAlgorithm(ABC):
                 return f"{self.name} has no {layout} form"
         return None
 
+    def keeps_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
+        """Why this algorithm computes the conv that `spec` lays out in the model's
+        layout in NCHW instead, given its weight (None, the default: in the layout).
+
+        The layout pass asks it for every conv the algorithm could compute in the layout,
+        and reorders around the convs it keeps NCHW (recorded in the layout report), so
+        an algorithm that picks its kernel per conv from the weight (`mixed_csr`) pays
+        for its reorders in the model's time.
+        """
+        return None
+
     def fallback(self) -> ConvAlgorithm | None:
         """The algorithm for convs this one does not support (documented per option).
 

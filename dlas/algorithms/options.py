@@ -150,3 +150,41 @@ def spatial_pack_csr(params: NoParams) -> ConvAlgorithm:
     from dlas.algorithms.spatial_pack import SpatialPackCSRConv
 
     return SpatialPackCSRConv()
+
+
+class MixedParams(BaseModel):
+    """Where a conv switches from the sparse kernel to the dense one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: Literal["NCHWc"] = Field(
+        "NCHWc", description="the model's layout: the dense convs' (the sparse ones are "
+                             "reordered to NCHW around them)")
+    dense_above: float = Field(
+        0.35, ge=0, le=1,
+        description="weight density (non-zeros / weights) from which a conv takes the "
+                    "dense NCHWc micro-kernel; below it, the NCHW pixel-tile sparse kernel "
+                    "(0: every conv dense, 1: every conv with a zero weight sparse)")
+    block: int | None = Field(
+        None, description="NCHWc channels per block of the dense convs (default: the "
+                          "target's SIMD width in float32 lanes)")
+
+    @model_validator(mode="after")
+    def _block_is_a_power_of_two(self) -> MixedParams:
+        if self.block is not None and (self.block < 1 or self.block > 64
+                                       or self.block & (self.block - 1)):
+            raise ValueError(f"block must be a power of two from 1 to 64, got {self.block}")
+        return self
+
+
+@register("algorithms", "mixed_csr", tags={"csr"}, params=MixedParams,
+          constraints=[needs_sparse_weights, vector_layouts_need_a_cpu],
+          description="sparse where it pays, dense elsewhere: per conv, by its weight's "
+                      "density, the dense direct NCHWc micro-kernel or the NCHW pixel-tile "
+                      "sparse kernel (spatial_pack_csr's); the model kept in NCHWc, the "
+                      "sparse convs reordered around (each conv's choice in the row's "
+                      "layout report)")
+def mixed_csr(params: MixedParams) -> ConvAlgorithm:
+    from dlas.algorithms.mixed_csr import MixedCSRConv
+
+    return MixedCSRConv(dense_above=params.dense_above, block=params.block)

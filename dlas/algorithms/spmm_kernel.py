@@ -71,8 +71,11 @@ VALUES, OFFSETS, ROW_PTR = "csr_data", "csr_offsets", "csr_indptr"
 #: The tile sizes in SIMD registers: powers of two (LLVM's code for a 6- or 12-register
 #: vector ran 10-20x slower here), up to 8 (8 accumulators cover 4-cycle FMAs on 2 ports).
 TILE_VECTORS = (1, 2, 4, 8)
-#: Most output channels a parallel task computes.
-MAX_TASK_ROWS = 16
+#: Most output channels a parallel task computes: a task's rows share each chunk of its
+#: tile's input while it is in L1 (ResNet18's 8x8 convs: 50.9 us at 16 rows, 44.2 at 64).
+MAX_TASK_ROWS = 64
+#: Most output channels one stored entry serves (`SparseTiling.block`).
+MAX_ENTRY_ROWS = 8
 #: Input bytes one chunk of channels may touch per tile (about an L1 data cache).
 CHUNK_BYTES = 32 * 1024
 #: Fewest entries per (row, chunk) segment worth a chunk: each segment reloads and
@@ -125,6 +128,10 @@ class SparseTiling:
     rows: int
     chunks: int
     split: int
+    #: Output channels per stored entry: rows whose non-zeros share their columns (block
+    #: pruning) are stored once per block, each entry `block` values and one offset, and
+    #: the tile holds `block` rows, so one input load feeds `block` FMAs.
+    block: int = 1
 
     @property
     def pixels(self) -> int:
@@ -154,28 +161,32 @@ def padded_positions(positions: int, pixels: int) -> int:
     return -(-positions // pixels) * pixels
 
 
-def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None = None
-                  ) -> SparseTiling:
+def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None = None,
+                  block: int = 1) -> SparseTiling:
     """The tiling of `spec` on the current target (see the module doc for each choice).
 
     vectors: fewest (tiles x (registers + `ENTRY_COST`)), i.e. padded positions weighed
-    against each entry's scalar work per tile; ties to fewer padded positions, then the
-    smaller tile. split: 2 for tiles of 1-2 registers. chunks: in-group channels per chunk
-    so a tile's input of one chunk stays within `CHUNK_BYTES`, but no more chunks than
-    keep `MIN_SEGMENT` entries in each of a row's (known when the weight is:
-    `entries_per_row`). rows: the largest divisor of the output channels up to
-    `MAX_TASK_ROWS` that leaves every thread a task.
+    against each entry's scalar work per tile, among tiles whose `block` rows fit the
+    accumulator budget (half the SIMD registers); ties to fewer padded positions, then the
+    smaller tile. split: 2 when the tile has at most 2 accumulators. chunks: in-group
+    channels per chunk so a tile's input of one chunk stays within `CHUNK_BYTES`, but no
+    more chunks than keep `MIN_SEGMENT` entries in each of a row's (known when the weight
+    is: `entries_per_row`). rows: the largest multiple of `block` dividing the output
+    channels, up to `MAX_TASK_ROWS` (or `block`), that leaves every thread a task.
     """
     lanes = accumulator_lanes(spec)
+    budget = max(target_simd().registers // 2, 1)
     best: tuple[int, int, int] | None = None
     for vectors in TILE_VECTORS:
+        if vectors * block > budget and vectors > 1:
+            continue
         tiles = -(-grid.positions // (lanes * vectors))
         key = (tiles * (vectors + ENTRY_COST), tiles * vectors, vectors)
         if best is None or key < best:
             best = key
     assert best is not None
     vectors = best[2]
-    split = 2 if vectors <= 2 else 1
+    split = 2 if vectors * block <= 2 else 1
     cg = spec.weight_shape[1]
     per_channel = grid.touched(lanes * vectors) * DataType(spec.data_dtype).bits // 8
     per_chunk = max(1, CHUNK_BYTES // max(per_channel, 1))
@@ -184,34 +195,58 @@ def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None
         chunks = max(1, min(chunks, int(entries_per_row // MIN_SEGMENT)))
     out_channels = spec.out_channels
     threads = target_threads()
-    rows = 1
-    for candidate in range(1, MAX_TASK_ROWS + 1):
+    rows = block
+    for candidate in range(block, max(MAX_TASK_ROWS, block) + 1, block):
         if out_channels % candidate == 0 and spec.batch * out_channels // candidate >= threads:
             rows = candidate
-    return SparseTiling(lanes=lanes, vectors=vectors, rows=rows, chunks=chunks, split=split)
+    return SparseTiling(lanes=lanes, vectors=vectors, rows=rows, chunks=chunks, split=split,
+                        block=block)
+
+
+def row_block_of(weight: np.ndarray, spec: ConvSpec) -> int:
+    """The most output channels, up to `MAX_ENTRY_ROWS`, whose aligned blocks share their
+    non-zero columns in `weight` (1 when none do: unstructured sparsity). Rows of one
+    block must read the same input, so a block stays within a group."""
+    per_group = spec.out_channels // spec.groups
+    matrix = weight.reshape(weight.shape[0], -1) != 0
+    for block in (MAX_ENTRY_ROWS, 8, 4, 2):
+        if block > MAX_ENTRY_ROWS or per_group % block:
+            continue
+        blocks = matrix.reshape(-1, block, matrix.shape[1])
+        if (blocks == blocks[:, :1]).all():
+            return block
+    return 1
 
 
 def plan(spec: ConvSpec, grid_for: Callable[[int], PixelGrid],
-         weight: np.ndarray | None = None) -> tuple[PixelGrid, SparseTiling]:
+         weight: np.ndarray | None = None, block: int | None = None
+         ) -> tuple[PixelGrid, SparseTiling]:
     """The grid and tiling of `spec`: `grid_for(padded)` lays the input out for `padded`
     grid positions; the tiling is chosen on a first draft, then the grid is laid out for
-    whole tiles. Deterministic in `spec` but for `chunks`, which the weight's density
-    bounds when it is given (compile-time constants); the compute reads the chunks back
-    from the constants' shapes (`stored_tiling`)."""
-    draft = grid_for(padded_positions(grid_for(1).positions, accumulator_lanes(spec)))
+    whole tiles.
+
+    With the weight (compile-time constants) its row blocks (`row_block_of`) and density
+    (which bounds `chunks`) are read from it; the compute gets `block` from the constants'
+    shapes instead, and reads the chunks back too (`stored_tiling`), so both choose the
+    same tile.
+    """
     entries = None
     if weight is not None:
+        block = row_block_of(weight, spec)
         entries = np.count_nonzero(weight) / max(spec.out_channels, 1)
-    tiling = _FORCED[0] or choose_tiling(spec, draft, entries)
+    draft = grid_for(padded_positions(grid_for(1).positions, accumulator_lanes(spec)))
+    tiling = _FORCED[0] or choose_tiling(spec, draft, entries, block or 1)
     return grid_for(padded_positions(draft.positions, tiling.pixels)), tiling
 
 
 def stored_tiling(tiling: SparseTiling, val: te.Tensor, ptr: te.Tensor, spec: ConvSpec
                   ) -> SparseTiling:
-    """`tiling` with the chunks and split the constants were stored with (`sparse_rows`):
-    chunks from the row pointers' length, split from the entries' groups."""
-    chunks = (int(ptr.shape[0]) - 1) // spec.out_channels
-    return replace(tiling, chunks=chunks, split=int(val.shape[1]))
+    """`tiling` with the split, block and chunks the constants were stored with
+    (`sparse_rows`): values are (groups, split, block), row pointers one per (row block,
+    chunk)."""
+    split, block = int(val.shape[1]), int(val.shape[2])
+    chunks = (int(ptr.shape[0]) - 1) // (spec.out_channels // block)
+    return replace(tiling, chunks=chunks, split=split, block=block)
 
 
 class forced_tiling:  # noqa: N801 - used as a context manager, like `forced_simd`
@@ -233,37 +268,42 @@ def sparse_rows(weight: np.ndarray, spec: ConvSpec, grid: PixelGrid, tiling: Spa
                 ) -> dict[str, np.ndarray]:
     """The kernel's CSR constants of an OIHW weight (numpy, compile time).
 
-    Entries are stored row by row (output channel), and within a row chunk by chunk of
-    in-group input channels: `ROW_PTR[o * chunks + k]` starts chunk k of row o. Each
-    entry is a weight value and the element offset its input channel and tap read at
-    grid position 0 (`PixelGrid`). Every (row, chunk) segment is padded with zero weights
-    at offset 0 to a multiple of `split`. An empty row needs no stored zero: the kernel
-    initialises its tile before the loop.
+    Rows are blocks of `tiling.block` output channels; a row block stores every column
+    some of its channels keeps (all of them keep the same ones under block pruning, so no
+    zero is stored then), chunk by chunk of in-group input channels:
+    `ROW_PTR[b * chunks + k]` starts chunk k of row block b. An entry is the element
+    offset its input channel and tap read at grid position 0 (`PixelGrid`) and one value
+    per channel of the block. Every (row block, chunk) segment is padded with zero
+    weights at offset 0 to a multiple of `split`; values are stored (entries / split,
+    split, block), which is how the compute reads split and block back. An empty row
+    needs no stored zero: the kernel initialises its tile before the loop.
     """
     out_channels, cg, kh, kw = weight.shape
+    block, split, chunks = tiling.block, tiling.split, tiling.chunks
     per_group = out_channels // spec.groups
-    chunk = -(-cg // tiling.chunks)
+    chunk = -(-cg // chunks)
     taps = np.asarray(grid.taps, dtype=np.int64)
-    rows, channels, tap_index = np.nonzero(weight.reshape(out_channels, cg, kh * kw))
-    absolute = rows // per_group * cg + channels
+    blocks = weight.reshape(out_channels // block, block, cg, kh * kw)
+    kept = (blocks != 0).any(axis=1)  # (row blocks, cg, taps): the block's columns
+    rows, channels, tap_index = np.nonzero(kept)
+    absolute = rows * block // per_group * cg + channels
     offsets = absolute * grid.channel + taps[tap_index]
-    values = weight.reshape(out_channels, cg, kh * kw)[rows, channels, tap_index]
-    segment = rows * tiling.chunks + channels // chunk
-    counts = np.bincount(segment, minlength=out_channels * tiling.chunks)
-    padded = -(-counts // tiling.split) * tiling.split
+    values = blocks[rows, :, channels, tap_index]  # (entries, block)
+    segment = rows * chunks + channels // chunk
+    counts = np.bincount(segment, minlength=out_channels // block * chunks)
+    padded = -(-counts // split) * split
     ptr = np.concatenate([[0], np.cumsum(padded)])
     # each entry's slot: its segment's start plus its rank within the segment
     starts = np.concatenate([[0], np.cumsum(counts)])[:-1]
     slots = ptr[:-1][segment] + (np.arange(len(segment)) - starts[segment])
-    data = np.zeros(int(ptr[-1]), dtype=weight.dtype)
+    data = np.zeros((int(ptr[-1]), block), dtype=weight.dtype)
     where = np.zeros(int(ptr[-1]), dtype=np.int64)
     data[slots] = values
     where[slots] = offsets
     if where.max(initial=0) >= 2**31 or ptr[-1] >= 2**31:
         raise ValueError(f"sparse conv too large for int32 offsets: {spec}")
-    groups = (-1, tiling.split)  # entries in groups of `split`: the kernel reads it back
-    return {VALUES: np.ascontiguousarray(data.reshape(groups)),
-            OFFSETS: where.astype(np.int32).reshape(groups), ROW_PTR: ptr.astype(np.int32)}
+    return {VALUES: np.ascontiguousarray(data.reshape(-1, split, block)),
+            OFFSETS: where.astype(np.int32).reshape(-1, split), ROW_PTR: ptr.astype(np.int32)}
 
 
 def dense_from_rows(arrays: dict[str, np.ndarray], spec: ConvSpec, grid: PixelGrid
@@ -271,20 +311,22 @@ def dense_from_rows(arrays: dict[str, np.ndarray], spec: ConvSpec, grid: PixelGr
     """The OIHW weight back from `sparse_rows`' arrays (tests and debugging)."""
     out_channels, cg, kh, kw = spec.weight_shape
     per_group = out_channels // spec.groups
+    block = arrays[VALUES].shape[2]
     tap_of = {offset: t for t, offset in enumerate(grid.taps)}
     weight = np.zeros(spec.weight_shape, dtype=arrays[VALUES].dtype)
     ptr = arrays[ROW_PTR]
-    chunks = (len(ptr) - 1) // out_channels
-    values, offsets = arrays[VALUES].reshape(-1), arrays[OFFSETS].reshape(-1)
-    for o in range(out_channels):
-        lo, hi = ptr[o * chunks], ptr[(o + 1) * chunks]
-        for value, offset in zip(values[lo:hi], offsets[lo:hi], strict=True):
-            if value == 0:
+    chunks = (len(ptr) - 1) // (out_channels // block)
+    values = arrays[VALUES].reshape(-1, block)
+    offsets = arrays[OFFSETS].reshape(-1)
+    for b in range(out_channels // block):
+        lo, hi = ptr[b * chunks], ptr[(b + 1) * chunks]
+        for entry, offset in zip(values[lo:hi], offsets[lo:hi], strict=True):
+            if not entry.any():
                 continue
             absolute, within = divmod(int(offset), grid.channel)
-            c = absolute - o // per_group * cg
+            c = absolute - b * block // per_group * cg
             ky, kx = divmod(tap_of[within], kw)
-            weight[o, c, ky, kx] = value
+            weight[b * block:(b + 1) * block, c, ky, kx] = entry
     return weight
 
 
@@ -324,6 +366,7 @@ def spmm_kernel(name: str, inp: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: 
     image = int(np.prod([int(d) for d in inp.shape[1:]]))
     groups = int(val.shape[0])
     chunks, rows, split, lanes = tiling.chunks, tiling.rows, tiling.split, tiling.pixels
+    block = tiling.block
     tiles, plane = grid.padded // lanes, grid.padded
     stride, width = grid.stride, grid.width
     with IRBuilder() as builder, T.prim_func(s_tir=True):
@@ -339,29 +382,31 @@ def spmm_kernel(name: str, inp: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: 
         with T.grid(batch, out_channels // rows) as (n, task), T.sblock(name):
             vn, vt = T.axis.remap("SS", [n, task])
             T.reads(data[(vn, *(slice(0, int(d)) for d in inp.shape[1:]))],
-                    values[0:groups, 0:split], offsets[0:groups, 0:split],
-                    starts[0:out_channels * chunks + 1])
+                    values[0:groups, 0:split, 0:block], offsets[0:groups, 0:split],
+                    starts[0:out_channels // block * chunks + 1])
             T.writes(out[vn, vt * rows:vt * rows + rows, 0:oh, 0:ow])
-            tile = T.alloc_buffer((split, lanes), acc, scope="local")
+            tile = T.alloc_buffer((split, block, lanes), acc, scope="local")
             scratch = T.alloc_buffer((rows * plane,), acc)
             flat = T.decl_buffer((batch * image,), inp.dtype, data=data.data)
-            with T.serial(tiles) as t, T.serial(chunks) as k, T.serial(rows) as r:
-                segment = (vt * rows + r) * chunks + k
+            with (T.serial(tiles) as t, T.serial(chunks) as k,
+                  T.serial(rows // block) as r):
+                segment = ((vt * rows) // block + r) * chunks + k
                 at = t * lanes
-                first = r * plane + at
-                _init_tile(tile, scratch, first, chunks, k, split, lanes, acc)
+                first = r * block * plane + at
+                _init_tile(tile, scratch, first, plane, chunks, k, split, block, lanes, acc)
                 begin = starts[segment] // split
                 with T.serial(starts[segment + 1] // split - begin) as j:
-                    with T.unroll(split) as u, T.vectorized(lanes) as p:
+                    with (T.unroll(split) as u, T.unroll(block) as i,
+                          T.vectorized(lanes) as p):
                         element = flat[vn * image + offsets[begin + j, u] + stride * (at + p)]
-                        T.buffer_store(tile, tile[u, p]
-                                       + _widen(values[begin + j, u], val.dtype, acc)
-                                       * _widen(element, inp.dtype, acc), [u, p])
-                with T.vectorized(lanes) as p:
-                    total = tile[0, p]
+                        T.buffer_store(tile, tile[u, i, p]
+                                       + _widen(values[begin + j, u, i], val.dtype, acc)
+                                       * _widen(element, inp.dtype, acc), [u, i, p])
+                with T.unroll(block) as i, T.vectorized(lanes) as p:
+                    total = tile[0, i, p]
                     for u in range(1, split):
-                        total = total + tile[u, p]
-                    T.buffer_store(scratch, total, [first + p])
+                        total = total + tile[u, i, p]
+                    T.buffer_store(scratch, total, [first + i * plane + p])
             with T.serial(rows) as r, T.serial(oh) as y, T.vectorized(ow) as x:
                 T.buffer_store(out, scratch[r * plane + y * width + x],
                                [vn, vt * rows + r, y, x])
@@ -373,18 +418,19 @@ def _widen(value: tirx.Expr, dtype: str, acc: str) -> tirx.Expr:
     return value if dtype == acc else T.cast(value, acc)
 
 
-def _init_tile(tile: tirx.Buffer, out: tirx.Buffer, first: tirx.Expr, chunks: int,
-               chunk: tirx.Var, split: int, lanes: int, acc: str) -> None:
-    """Zero the tile, or (after the first chunk) start its first sum at the partial sum
-    the earlier chunks stored at `out[first:]`."""
+def _init_tile(tile: tirx.Buffer, scratch: tirx.Buffer, first: tirx.Expr, plane: int,
+               chunks: int, chunk: tirx.Var, split: int, block: int, lanes: int,
+               acc: str) -> None:
+    """Zero the tile, or (after the first chunk) start each row's first sum at the
+    partial sum the earlier chunks stored in `scratch` (row i at `first + i * plane`)."""
     zero = tirx.const(0, acc)
-    with T.unroll(split) as u, T.vectorized(lanes) as p:
+    with T.unroll(split) as u, T.unroll(block) as i, T.vectorized(lanes) as p:
         if chunks == 1:
-            T.buffer_store(tile, zero, [u, p])
+            T.buffer_store(tile, zero, [u, i, p])
         else:
-            earlier = out[first + p]
+            earlier = scratch[first + i * plane + p]
             T.buffer_store(tile, tirx.Select(tirx.all(chunk > 0, u == 0), earlier, zero),
-                           [u, p])
+                           [u, i, p])
 
 
 def schedule_spmm(sch: s_tir.Schedule, block: SBlockRV,
@@ -414,6 +460,7 @@ __all__ = [
     "choose_tiling",
     "forced_tiling",
     "plan",
+    "row_block_of",
     "schedule_spmm",
     "sparse_rows",
     "spmm_stage",

@@ -255,11 +255,15 @@ class ConvLegalizer:
         self.made[out.args[0].name_hint] = (algorithm.name, spec)
         return out
 
-    def layout_reason(self, spec: ConvSpec) -> str | None:
+    def layout_reason(self, spec: ConvSpec, weight: np.ndarray | None = None) -> str | None:
         """Why a conv laid out as `spec` must keep NCHW: neither the algorithm nor its
-        fallback computes it (`dlas.compiler.layout` asks before it moves the conv)."""
+        fallback computes it, or the algorithm keeps it NCHW for its weight
+        (`ConvAlgorithm.keeps_nchw`); `dlas.compiler.layout` asks before it moves the
+        conv."""
         reason = self.algorithm.unsupported_reason(spec)
-        fallback = self.algorithm.fallback() if reason is not None else None
+        if reason is None:
+            return self.algorithm.keeps_nchw(spec, weight)
+        fallback = self.algorithm.fallback()
         if fallback is not None and fallback.unsupported_reason(spec) is None:
             return None
         return reason

@@ -41,8 +41,9 @@ from ..tir.conv_spec import ConvSpec
 from ..tir.layout import NCHW, DataLayout
 from .relax_values import constant_value, static_shape
 
-#: Why a conv keeps NCHW (None: it takes the layout): asked with the conv's spec in it.
-ConvReason = Callable[[ConvSpec], str | None]
+#: Why a conv keeps NCHW (None: it takes the layout): asked with the conv's spec in it and
+#: its (unpadded OIHW) weight.
+ConvReason = Callable[[ConvSpec, np.ndarray], str | None]
 
 #: Elementwise ops with one tensor operand that map finite values to finite values.
 UNARY_OPS = frozenset({
@@ -351,7 +352,7 @@ class _Rewriter:
             data_dtype=_dtype(data), weight_dtype=str(value.dtype),
             out_dtype=out_dtype or _dtype(call), data_layout=data_layout.name,
             out_layout=layout.name)
-        why = self.conv_reason(spec)
+        why = self.conv_reason(spec, value)
         if why is not None:
             self.report.kept_nchw.append(f"conv {index}: {why}")
             return None
@@ -373,8 +374,8 @@ def convert_layout(mod: tvm.IRModule, layout: DataLayout, conv_reason: ConvReaso
                    function: str = "main") -> tuple[tvm.IRModule, LayoutReport]:
     """`mod` with `function`'s activations kept in `layout` (see the module docstring).
 
-    `conv_reason(spec)` says why a conv, laid out as `spec`, must stay NCHW (None: it
-    takes the layout); the compiler asks the algorithm and its fallback.
+    `conv_reason(spec, weight)` says why a conv, laid out as `spec`, must stay NCHW
+    (None: it takes the layout); the compiler asks the algorithm and its fallback.
     """
     report = LayoutReport(layout.name)
     if layout.is_nchw:

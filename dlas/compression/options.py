@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -81,11 +81,19 @@ class PruningParams(BaseModel):
         return self
 
 
+#: How a pruning level is shared among convs.
+Scope = Literal["global", "layer"]
+SCOPE_DESCRIPTION = ("global: every conv's weights in one ranking (the paper's; layers end "
+                     "up unequally sparse); layer: each conv ranked alone, so every conv is "
+                     "pruned to the level (the setting of Elsen et al.'s sparse kernels)")
+
+
 class WeightPruningParams(PruningParams):
     levels: list[float] = Field(
         default=PAPER_WEIGHT_LEVELS,
         description="shares of conv weights pruned, in schedule order (paper: 50% to 90% "
                     "in 10% steps, 95%, 99%); fine-tuning epochs are split evenly over them")
+    scope: Scope = Field("global", description=SCOPE_DESCRIPTION)
     # The first form of this option: `sparsity` fixed the level, `steps` were the levels.
     sparsity: float | None = Field(
         None, gt=0, lt=1,
@@ -194,15 +202,17 @@ def finetune_warnings(info: dict[str, Any], finetune_epochs: int) -> list[str]:
 
 @register("compression", "weight_pruning", params=WeightPruningParams, tags={"sparse"},
           version="3",  # v3: a fixed level gets its share of fine-tuning first
-          description="global L1 unstructured pruning of conv weights, iterative with "
-                      "fine-tuning between levels; the level used is the elbow (the "
-                      "paper's 'weight pruning')")
+          description="L1 unstructured pruning of conv weights (global by default, or per "
+                      "layer), iterative with fine-tuning between levels; the level used is "
+                      "the elbow (the paper's 'weight pruning')")
 def weight_pruning(params: WeightPruningParams, model: nn.Module,
                    ctx: CompressionContext) -> CompressionResult:
     from dlas.compression.base import CompressionResult
-    from dlas.compression.pruning import prune_weights_global_l1
+    from dlas.compression.pruning import prune_weights_global_l1, prune_weights_per_layer_l1
 
-    model, info = _prune_and_choose(params, model, ctx, prune_weights_global_l1)
+    step = prune_weights_global_l1 if params.scope == "global" else prune_weights_per_layer_l1
+    model, info = _prune_and_choose(params, model, ctx, step)
+    info["scope"] = params.scope
     return CompressionResult(model, info,
                              warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
 
@@ -259,5 +269,83 @@ def channel_pruning_physical(params: ChannelPruningParams, model: nn.Module,
                           generator=torch.Generator().manual_seed(ctx.budgets.seed))
     model, removal = remove_zero_channels(model, example)
     info.update(removal)
+    return CompressionResult(model, info,
+                             warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
+
+
+class BlockPruningParams(PruningParams):
+    levels: list[float] = Field(
+        default=PAPER_WEIGHT_LEVELS,
+        description="shares of conv weights pruned, in whole blocks, in schedule order "
+                    "(default: weight pruning's, 50% to 99%); fine-tuning epochs are split "
+                    "evenly over them")
+    block: tuple[int, int] = Field(
+        (16, 1),
+        description="block shape: (output channels, columns of the O x Cg*KH*KW weight "
+                    "matrix). (16, 1): a 16-channel vector (the AVX-512 float32 width; "
+                    "(8, 1) for AVX2), what the NCHWc block-CSR kernel skips; (4, 1) "
+                    "XNNPACK's multi-channel shape; (1, 4) runs of one channel's weights")
+    scope: Scope = Field("global", description=SCOPE_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _block_is_positive(self) -> BlockPruningParams:
+        if min(self.block) < 1 or max(self.block) > 256:
+            raise ValueError(f"block sizes must be 1 to 256, got {list(self.block)}")
+        return self
+
+
+@register("compression", "block_pruning", params=BlockPruningParams, tags={"sparse"},
+          description="global L1 block pruning of conv weights: blocks of output channels x "
+                      "columns ranked across all convs by mean |w| and masked whole, "
+                      "iterative with fine-tuning, the level used the elbow (sparsity the "
+                      "sparse kernels can skip in vectors)")
+def block_pruning(params: BlockPruningParams, model: nn.Module,
+                  ctx: CompressionContext) -> CompressionResult:
+    from dlas.compression.base import CompressionResult
+    from dlas.compression.structured import prune_blocks_global_l1, prune_blocks_per_layer_l1
+
+    rows, cols = params.block
+    prune = prune_blocks_global_l1 if params.scope == "global" else prune_blocks_per_layer_l1
+
+    def prune_step(m: nn.Module, level: float) -> nn.Module:
+        return prune(m, level, rows, cols)
+
+    model, info = _prune_and_choose(params, model, ctx, prune_step)
+    info.update(block=[rows, cols], scope=params.scope)
+    return CompressionResult(model, info,
+                             warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
+
+
+class NMPruningParams(PruningParams):
+    levels: list[float] = Field(
+        default=[0.5],
+        description="shares of conv weights pruned, each a multiple of 1/m: 0.5 with m = 4 "
+                    "is 2:4 (two of every four kept)")
+    m: int = Field(4, ge=2, le=64, description="group size M: consecutive input channels "
+                                                "of one output channel and tap")
+
+    @model_validator(mode="after")
+    def _levels_fit_m(self) -> NMPruningParams:
+        for level in self.levels:
+            if abs(level * self.m - round(level * self.m)) > 1e-6:
+                raise ValueError(f"level {level} is not a multiple of 1/m = 1/{self.m} "
+                                 "(N:M keeps a whole number N of every M weights)")
+        return self
+
+
+@register("compression", "nm_pruning", params=NMPruningParams, tags={"sparse"},
+          description="N:M pruning of conv weights: in every group of M consecutive input "
+                      "channels the M-N smallest |w| masked (2:4 by default), with "
+                      "fine-tuning; levels are (M-N)/M")
+def nm_pruning(params: NMPruningParams, model: nn.Module,
+               ctx: CompressionContext) -> CompressionResult:
+    from dlas.compression.base import CompressionResult
+    from dlas.compression.structured import prune_n_of_m
+
+    def prune_step(m: nn.Module, level: float) -> nn.Module:
+        return prune_n_of_m(m, level, params.m)
+
+    model, info = _prune_and_choose(params, model, ctx, prune_step)
+    info["m"] = params.m
     return CompressionResult(model, info,
                              warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))

@@ -82,6 +82,28 @@ def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
     return model
 
 
+def prune_weights_per_layer_l1(model: nn.Module, sparsity: float) -> nn.Module:
+    """Mask the smallest-magnitude weights of each conv, ranked within that conv, until
+    ``round(sparsity * n)`` of its ``n`` weights are zero: every layer equally sparse (the
+    setting of Elsen et al.'s sparse kernels), where the global ranking leaves early
+    layers far denser than late ones. Works in place, keeps existing masks (a higher
+    level prunes further), as `prune_weights_global_l1`."""
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
+    convs = _conv_modules(model)
+    if not convs:
+        raise ValueError("model has no Conv2d layers to prune")
+    for conv in convs:
+        target = round(sparsity * conv.weight.numel())
+        mask = _mask_of(conv)
+        masked = int((mask == 0).sum()) if mask is not None else 0
+        if masked > target:
+            raise ValueError(f"a conv already has {masked} of its {conv.weight.numel()} "
+                             f"weights masked, more than the requested {sparsity}")
+        prune.l1_unstructured(conv, "weight", amount=target - masked)
+    return model
+
+
 def make_permanent(model: nn.Module) -> nn.Module:
     """Remove pruning reparametrizations so the state_dict holds plain weight tensors
     (with their zeros), as the exporters and compilers downstream expect."""

@@ -143,14 +143,27 @@ def _kernel_info(symbol: str, func: tirx.PrimFunc) -> KernelInfo:
             info.specs.append(ConvSpec.from_json(str(ann[CONV_SPEC_ATTR])))
             info.algorithms.append(str(ann.get(CONV_ALGORITHM_ATTR, "")))
     info.has_conv = bool(info.specs) or "conv2d" in symbol
-    info.dynamic = any(const_extent(sch, loop) is None
-                       for rv in blocks for loop in sch.get_loops(rv))
+    info.dynamic = (any(const_extent(sch, loop) is None
+                        for rv in blocks for loop in sch.get_loops(rv))
+                    or any(_is_sparse(name) for name in info.algorithms))
     if not info.has_conv and not info.dynamic:
         try:
             info.flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
         except Exception:  # noqa: BLE001 - no estimate for this kernel: left unknown
             info.flops = None
     return info
+
+
+def _is_sparse(algorithm: str) -> bool:
+    """An algorithm registered as CSR: its kernel computes a weight's non-zeros only (the
+    pixel-tile kernel's loop over a row's entries sits inside its block, where a check of
+    the block loops' extents cannot see it)."""
+    from dlas import registry
+
+    try:
+        return "csr" in registry.get("algorithms", algorithm).tags
+    except registry.UnknownOptionError:
+        return False
 
 
 def _call_order(mod: tvm.IRModule) -> list[str]:

@@ -93,9 +93,11 @@ def direct_csr_layout(spec: ConvSpec, padded: int) -> DirectCSRLayout:
     return DirectCSRLayout(grid, (rows - hp, row - wp))
 
 
-def direct_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None
-                    ) -> tuple[DirectCSRLayout, SparseTiling]:
-    grid, tiling = plan(spec, lambda padded: direct_csr_layout(spec, padded).grid, weight)
+def direct_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None,
+                    block: int | None = None) -> tuple[DirectCSRLayout, SparseTiling]:
+    """The layout and tiling, from the weight (its constants) or the stored `block`."""
+    grid, tiling = plan(spec, lambda padded: direct_csr_layout(spec, padded).grid, weight,
+                        block)
     return direct_csr_layout(spec, grid.padded), tiling
 
 
@@ -109,7 +111,7 @@ def conv2d_nchw_direct_csr(
 
     with off[e] = channel(e) * plane + ky(e)*dh*row + kx(e)*dw (`direct_csr_layout`).
     """
-    layout, tiling = direct_csr_plan(spec)
+    layout, tiling = direct_csr_plan(spec, block=int(val.shape[2]))
     padded = pad_nchw(data, spec.padding, layout.extra)
     return spmm_stage(CSR_NAME, padded, val, off, ptr, spec, layout.grid, tiling)
 

@@ -140,14 +140,15 @@ def conv2d_nchw_gemm_csr(
     """im2col, then the CSR weight matrix times it by the pixel-tile sparse kernel
     (sparse x dense, XNNPACK's SpMM): out[n, o, p] = sum_{e in row o} val[e] *
     im2col[n, k(e), p], k(e) folded into the offset (`gemm_csr_layout`)."""
-    grid, tiling = gemm_csr_plan(spec)
+    grid, tiling = gemm_csr_plan(spec, block=int(val.shape[2]))
     return spmm_stage(CSR_NAME, im2col_csr(data, spec, grid), val, off, ptr, spec, grid,
                       tiling)
 
 
-def gemm_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None
-                  ) -> tuple[PixelGrid, SparseTiling]:
-    return plan(spec, lambda padded: gemm_csr_layout(spec, padded), weight)
+def gemm_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None,
+                  block: int | None = None) -> tuple[PixelGrid, SparseTiling]:
+    """The grid and tiling, from the weight (its constants) or the stored `block`."""
+    return plan(spec, lambda padded: gemm_csr_layout(spec, padded), weight, block)
 
 
 #: Names of the vector-layout GEMM's stages.

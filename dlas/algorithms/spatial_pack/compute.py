@@ -188,9 +188,11 @@ def _reads_in_place(spec: ConvSpec, padded: int) -> bool:
             and padded == oh * ow)
 
 
-def spatial_pack_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None
-                          ) -> tuple[PackedPlanes, SparseTiling]:
-    grid, tiling = plan(spec, lambda padded: packed_planes(spec, padded).grid, weight)
+def spatial_pack_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None,
+                          block: int | None = None) -> tuple[PackedPlanes, SparseTiling]:
+    """The planes and tiling, from the weight (its constants) or the stored `block`."""
+    grid, tiling = plan(spec, lambda padded: packed_planes(spec, padded).grid, weight,
+                        block)
     return packed_planes(spec, grid.padded), tiling
 
 
@@ -228,7 +230,7 @@ def conv2d_nchw_spatial_pack_csr(
     """The input packed into planes (`PackedPlanes`), multiplied by the CSR weight rows
     with the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`); every conv kind
     (a row's offsets name its group's channels)."""
-    planes, tiling = spatial_pack_csr_plan(spec)
+    planes, tiling = spatial_pack_csr_plan(spec, block=int(val.shape[2]))
     return spmm_stage(CSR_NAME, pack_planes(data, spec, planes), val, off, ptr, spec,
                       planes.grid, tiling)
 

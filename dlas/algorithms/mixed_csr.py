@@ -1,0 +1,99 @@
+"""Sparse where it pays, dense elsewhere: each conv of a pruned model computed by the
+faster of two kernels for its weight.
+
+Why: global L1 pruning does not prune layers alike. ResNet18-w0.5 pruned to 90% and
+fine-tuned on digits keeps 58% of its first stage's weights and 1% of its last's; at 58%
+the pixel-tile sparse kernel is no faster than the dense NCHWc micro-kernel, at 1% it is
+an order of magnitude faster. One algorithm for the whole model, as the paper compares
+them, makes the sparse kernel pay for the layers pruning barely touched.
+
+So, per conv, by the weight's density (its non-zeros over its weights, known at compile
+time): from `dense_above` up, the dense direct micro-kernel in NCHWc
+(`dlas.algorithms.direct`, the fastest dense untuned variant); below it, the pixel-tile
+sparse kernel, which computes in NCHW: over the padded input in place (`direct_csr`) for
+stride-1 convs at least `WIDE` pixels wide, where spatial pack's three column planes
+per channel overflow L1 (32x32, 90%: 51 against 74 us), else over spatial pack's phase
+planes (`spatial_pack_csr`: 16x16 and below, strided convs). The model is kept in
+NCHWc; the layout pass keeps the sparse convs NCHW (`keeps_nchw`) and reorders around
+them, so the reorders are in the model's time, and its report says which conv took which
+kernel and why
+(`layout_report`, "kept NCHW").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+import numpy as np
+from tvm import s_tir, te
+from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+from ..tir.layout import LAYOUT_KINDS
+from .base import ConvAlgorithm, ConvSpec
+from .csr import CSRFormat
+from .direct import DirectConv, DirectCSRConv
+from .spatial_pack import SpatialPackCSRConv
+
+#: Output width from which a stride-1 sparse conv reads its input in place.
+WIDE = 32
+#: Default density above which a conv takes the dense kernel: where the two kernels met
+#: on ResNet18-w0.5's convs (Cascade Lake, 2 threads: the sparse one 1.1-1.6x slower at
+#: 0.58 density, even at about 0.4, 2x faster at 0.18).
+DENSE_ABOVE = 0.35
+
+
+def density(weight: np.ndarray | None) -> float | None:
+    """Non-zeros over weights (None without a weight)."""
+    if weight is None or weight.size == 0:
+        return None
+    return float(np.count_nonzero(weight)) / weight.size
+
+
+class MixedCSRConv(CSRFormat, ConvAlgorithm):
+    """Per conv, the dense NCHWc micro-kernel or the NCHW pixel-tile sparse kernel, by the
+    weight's density (see the module doc)."""
+
+    name = "mixed_csr"
+    layouts = frozenset(LAYOUT_KINDS) - {"NHWC"}
+
+    def __init__(self, dense_above: float = DENSE_ABOVE, block: int | None = None) -> None:
+        super().__init__("NCHWc", block)
+        if not 0.0 <= dense_above <= 1.0:
+            raise ValueError(f"dense_above must be a density in [0, 1], got {dense_above}")
+        self.dense_above = dense_above
+        self.dense = DirectConv(layout="NCHWc", block=block)
+        self.in_place = DirectCSRConv()
+        self.packed = SpatialPackCSRConv()
+
+    def _kernel(self, spec: ConvSpec) -> ConvAlgorithm:
+        if not spec.is_nchw:
+            return self.dense
+        if spec.strides == (1, 1) and spec.out_shape[3] >= WIDE:
+            return self.in_place
+        return self.packed
+
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        return self._kernel(spec).unsupported_reason(spec)
+
+    def keeps_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
+        share = density(weight_value)
+        if share is None or share >= self.dense_above:
+            return None
+        layout = self._kernel(replace(spec, data_layout="NCHW", out_layout="NCHW")).name
+        return (f"density {share:.2f} < {self.dense_above:g}: the pixel-tile sparse kernel "
+                f"({layout}), in NCHW")
+
+    def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
+                         ) -> dict[str, np.ndarray] | None:
+        return self._kernel(spec).weight_constants(spec, weight_value)
+
+    def compute(self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
+                ) -> te.Tensor:
+        return self._kernel(spec).compute(data, weights, spec)
+
+    def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        return self._kernel(spec).schedule(sch, block, spec)
+
+
+__all__ = ["DENSE_ABOVE", "WIDE", "MixedCSRConv", "density"]

@@ -1,0 +1,87 @@
+"""Whole pruned models through the compiler with the sparse kernels: each sparsity shape
+dlas makes (unstructured, block, N:M) x the sparse algorithms, against PyTorch; and the
+mixed algorithm's per-conv choice and its reorders."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dlas import registry
+from dlas.algorithms.mixed_csr import MixedCSRConv
+from dlas.compiler.build import compile_model
+from dlas.compiler.relax_import import import_torch_model
+from dlas.compression.pruning import make_permanent, prune_weights_global_l1
+from dlas.compression.structured import prune_blocks_global_l1, prune_n_of_m
+from dlas.measure.verify import verify_outputs
+from dlas.measure.vm_timing import load_vm, run_batch
+from dlas.targets.host import host_target
+
+PRUNINGS = {
+    "unstructured": lambda m: prune_weights_global_l1(m, 0.9),
+    "block16x1": lambda m: prune_blocks_global_l1(m, 0.8, 16, 1),
+    "block4x1": lambda m: prune_blocks_global_l1(m, 0.8, 4, 1),
+    "2:4": lambda m: prune_n_of_m(m, 0.5, 4),
+}
+ALGORITHMS = [("spatial_pack_csr", {}), ("mixed_csr", {}), ("direct_csr", {"layout": "NCHWc"})]
+
+
+def _model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = registry.create("models", name, {"width_multiplier": 0.5}, num_classes=10,
+                            input_shape=(3, 32, 32))
+    with torch.no_grad():  # batch-norm statistics away from identity, as after training
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.2, 0.2)
+                module.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=["resnet18", "mobilenetv2"])
+def model_name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pruning", sorted(PRUNINGS))
+def test_pruned_models_match_pytorch(model_name: str, pruning: str, tmp_path: Path) -> None:
+    model = make_permanent(PRUNINGS[pruning](copy.deepcopy(_model(model_name)))).eval()
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = model(x).numpy()
+    imported = import_torch_model(model, (1, 3, 32, 32))
+    for name, params in ALGORITHMS:
+        compiled = compile_model(imported, registry.create("algorithms", name, params),
+                                 host_target(), tmp_path / name)
+        got = run_batch(load_vm(compiled.executable_path), x.numpy())
+        check = verify_outputs(got, ref)
+        assert check.passed, f"{name} on {pruning}: {check.explain()}"
+        assert np.array_equal(got.argmax(1), ref.argmax(1))
+
+
+def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path) -> None:
+    """Global L1 leaves ResNet18's early convs dense-ish and its late ones nearly empty:
+    the mixed algorithm computes the late ones sparse in NCHW, the others dense in NCHWc,
+    and the layout report says which and why."""
+    model = make_permanent(prune_weights_global_l1(_model("resnet18"), 0.9)).eval()
+    imported = import_torch_model(model, (1, 3, 32, 32))
+    compiled = compile_model(imported, MixedCSRConv(dense_above=0.35), host_target(),
+                             tmp_path)
+    layout = compiled.layout
+    sparse = [line for line in layout["kept_nchw"] if "pixel-tile sparse kernel" in line]
+    assert sparse and layout["convs"] > 0
+    assert layout["convs"] + len(layout["kept_nchw"]) == compiled.conv_count
+    # the sparse convs' input is reordered to NCHW and their output back into the layout
+    # (by the op that needs it, e.g. the residual add): the cost is in the model
+    assert layout["to_nchw"].get("conv2d", 0) >= 1 and sum(layout["to_layout"].values()) >= 1
+    densities = [float(line.split("density ")[1].split()[0]) for line in sparse]
+    assert max(densities) < 0.35
+    # all dense: no conv kept NCHW for its weight
+    everything = compile_model(imported, MixedCSRConv(dense_above=0.0), host_target(),
+                               tmp_path / "dense")
+    assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
