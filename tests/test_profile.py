@@ -203,3 +203,39 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     planned = json.loads(capsys.readouterr().out)
     assert [p["predicted_ms"] for p in planned["predicted_latency"]["points"]] == \
         pytest.approx([p["predicted_ms"] for p in predicted["points"]])
+
+
+def test_sparse_kernels_are_credited_with_their_non_zeros() -> None:
+    """A pixel-tile sparse kernel (its entry loop inside its block) computes the weight's
+    non-zeros: the manifest marks it dynamic, so its layer's FLOPs are 2 x nnz x pixels
+    (what its roof is judged on); `mixed_csr`'s dense convs keep 2 x MACs."""
+    import copy
+
+    import torch
+
+    from dlas import registry
+    from dlas.algorithms.mixed_csr import MixedCSRConv
+    from dlas.compiler.relax_import import import_torch_model
+    from dlas.compression.pruning import (
+        make_permanent,
+        prune_weights_global_l1,
+        prune_weights_per_layer_l1,
+    )
+    from dlas.profile.kernels import kernel_manifest
+    from dlas.targets.host import host_target
+
+    torch.manual_seed(0)
+    model = registry.create("models", "resnet18", {"width_multiplier": 0.25}, num_classes=10,
+                            input_shape=(3, 32, 32)).eval()
+    pruned = make_permanent(prune_weights_per_layer_l1(copy.deepcopy(model), 0.9)).eval()
+    imported = import_torch_model(pruned, (1, 3, 32, 32))
+    manifest = kernel_manifest(imported, registry.create("algorithms", "spatial_pack_csr", {}),
+                               host_target(2), None)
+    convs = [info for info in manifest.functions.values() if info.has_conv]
+    assert convs and all(info.dynamic for info in convs)
+    # globally pruned, the first stage stays dense-ish: mixed computes it dense
+    globally = make_permanent(prune_weights_global_l1(copy.deepcopy(model), 0.9)).eval()
+    mixed = kernel_manifest(import_torch_model(globally, (1, 3, 32, 32)),
+                            MixedCSRConv(dense_above=0.5), host_target(2), None)
+    kinds = {info.dynamic for info in mixed.functions.values() if info.has_conv}
+    assert kinds == {True, False}

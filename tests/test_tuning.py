@@ -102,10 +102,12 @@ def test_csr_conv_tuned_with_sparse_space_and_real_arrays(tmp_path: Path) -> Non
     assert sparse[0].outcome == "tuned" and sparse[0].trials > 0 and sparse[0].best_us > 0
     assert sparse[0].task in result.hook_scheduled
     _check_outputs(model, result.executable_path)
-    # the tuned kernel is the sparse space's: the loop over non-zeros stays data-dependent
+    # the candidates are the sparse space's: the pixel-tile kernel's decisions sampled
+    # (tile size, chunks at once, loop order) and built into the kernel
     db = TuningDatabase(Path(hook.report.database))
     records = [r for r in db.database.get_all_tuning_records() if r.run_secs]
-    assert any("sample_perfect_tile" in str(r.trace) for r in records)
+    assert any("sample_categorical" in str(r.trace) and "dlas.spmm" in str(r.trace)
+               for r in records)
 
 
 def test_a_points_csr_and_dense_tasks_share_one_session(tmp_path: Path) -> None:

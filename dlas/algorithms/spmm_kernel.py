@@ -43,16 +43,19 @@ Around the tile (`SparseTiling`, chosen per conv by `choose_tiling`):
   swept the whole input through L1 (4x4 images: 52 -> 37 us on a 256-channel conv).
 * `rows`: output channels per parallel task; tasks run across threads, tiles inside them,
   so the fused epilogue runs on a task's rows while they are in cache.
+* `block`: rows whose non-zeros share their columns (block pruning) are stored once, one
+  offset and `block` values an entry, and tiled together: one input load, `block` FMAs.
+* `merge`, `order`: stored chunks taken as one, and whether tiles or chunks are the outer
+  loop of a task: decisions only the tuning layer changes (`spmm_rebuild`).
 
-Measured on one conv (Xeon Cascade Lake, 2 threads, 90% unstructured, against dlas's
-dense NCHWc micro-kernel in the same process): 3.4x at 4x4 (256 channels), 4.2x at 8x8,
-5.2x at 16x16, 4.6x at 32x32; 2.8-5x on MobileNetV2's 1x1 convs.
+MEASURED
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from tvm import s_tir, te, tirx
@@ -132,10 +135,20 @@ class SparseTiling:
     #: pruning) are stored once per block, each entry `block` values and one offset, and
     #: the tile holds `block` rows, so one input load feeds `block` FMAs.
     block: int = 1
+    #: Stored chunks the kernel takes as one (a row's chunks are contiguous, so any
+    #: divisor of `chunks` reads the same constants): the tuning layer's channel block.
+    merge: int = 1
+    #: Loop order in a task: "tiles" (each tile through every chunk and row) or "chunks"
+    #: (each chunk through every tile and row).
+    order: str = "tiles"
 
     @property
     def pixels(self) -> int:
         return self.lanes * self.vectors
+
+    def tiles(self, grid: PixelGrid) -> int:
+        """Tiles that cover the grid's output positions."""
+        return -(-grid.positions // self.pixels)
 
 
 #: The tiling a test or the tuning layer forces instead of `choose_tiling`'s.
@@ -340,77 +353,142 @@ def spmm_stage(name: str, inp: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: t
     a flat view.
     """
     tiling = stored_tiling(tiling, val, ptr, spec)
-    kernel = spmm_kernel(name, inp, val, off, ptr, spec, grid, tiling)
+    kernel = spmm_kernel(name, spec, grid, tiling, shapes=(inp, val, off, ptr))
     buffers = list(kernel.params)  # TVM 0.27: a PrimFunc's params are its buffers
     return te.extern([spec.out_shape], [inp, val, off, ptr],
                      lambda ins, outs: kernel.body, in_buffers=buffers[:-1],
                      out_buffers=[buffers[-1]], name="extern")
 
 
-def spmm_kernel(name: str, inp: te.Tensor, val: te.Tensor, off: te.Tensor, ptr: te.Tensor,
-                spec: ConvSpec, grid: PixelGrid, tiling: SparseTiling) -> tirx.PrimFunc:
-    """The kernel as TIR: one block per (image, task of `rows` output channels) writing
-    those rows of the NCHW output; inside, tiles, then chunks, then rows (see the module
-    doc), into a scratch grid of the task's rows, then the grid's output pixels copied
-    out row by row.
+#: Block annotation: the grid and tiling a kernel block was built with (JSON), which is
+#: what `spmm_rebuild` needs to build it again with other decisions.
+BUILT_ATTR = "dlas.spmm"
 
-    The input is read through a flat view of each image (`decl_buffer` over the same
-    data), which makes a tap one offset whatever the layout's shape. The scratch grid is
-    the block's own (a flat view of a buffer outside it would break when TVM compacts
-    that buffer to a task's region), and the copy out writes plain (n, o, y, x) indices,
-    so the fused epilogue can be computed per task.
+
+def spmm_kernel(name: str, spec: ConvSpec, grid: PixelGrid, tiling: SparseTiling, *,
+                shapes: tuple[te.Tensor, ...] | None = None,
+                buffers: tuple[tirx.Buffer, ...] | None = None) -> tirx.PrimFunc:
+    """The kernel as TIR: one block per (image, task of `rows` output channels) writing
+    those rows of the NCHW output; inside, tiles, chunks and rows (in `tiling.order`;
+    see the module doc), into a scratch grid of the task's rows, then the grid's output
+    pixels copied out row by row.
+
+    Its buffers (input, values, offsets, row pointers, output) are new ones of the TE
+    tensors' `shapes`, or the given `buffers` (a block built again in place,
+    `spmm_rebuild`). The input is read through a flat view of each image (`decl_buffer`
+    over the same data), which makes a tap one offset whatever the layout's shape. The
+    scratch grid is the block's own (a flat view of a buffer outside it would break when
+    TVM compacts that buffer to a task's region), and the copy out writes plain
+    (n, o, y, x) indices, so the fused epilogue can be computed per task.
     """
     batch, out_channels = spec.batch, spec.out_channels
     _, _, oh, ow = spec.out_shape
     acc = spec.out_dtype
-    image = int(np.prod([int(d) for d in inp.shape[1:]]))
-    groups = int(val.shape[0])
-    chunks, rows, split, lanes = tiling.chunks, tiling.rows, tiling.split, tiling.pixels
-    block = tiling.block
-    tiles, plane = grid.padded // lanes, grid.padded
-    stride, width = grid.stride, grid.width
+    tiles = tiling.tiles(grid)
+    plane = tiles * tiling.pixels
+    if plane > grid.padded:
+        raise ValueError(f"tiles of {tiling.pixels} positions need {plane} grid positions; "
+                         f"the input is laid out for {grid.padded}")
     with IRBuilder() as builder, T.prim_func(s_tir=True):
         T.func_name("kernel")
-        handles = [T.arg(arg, T.handle()) for arg in ("p", "v", "c", "r", "o")]
-        data, values, offsets, starts, out = IRBuilder.name_many(
-            ["Input", "Val", "Off", "Ptr", "Out"],
-            [T.match_buffer(handles[0], inp.shape, inp.dtype),
-             T.match_buffer(handles[1], val.shape, val.dtype),
-             T.match_buffer(handles[2], off.shape, "int32"),
-             T.match_buffer(handles[3], ptr.shape, "int32"),
-             T.match_buffer(handles[4], spec.out_shape, acc)])
+        names = ["Input", "Val", "Off", "Ptr", "Out"]
+        if buffers is not None:
+            data, values, offsets, starts, out = [T.arg(n.lower(), b)
+                                                  for n, b in zip(names, buffers, strict=True)]
+        else:
+            assert shapes is not None
+            inp, val, off, ptr = shapes
+            handles = [T.arg(arg, T.handle()) for arg in ("p", "v", "c", "r", "o")]
+            data, values, offsets, starts, out = IRBuilder.name_many(names, [
+                T.match_buffer(handles[0], inp.shape, inp.dtype),
+                T.match_buffer(handles[1], val.shape, val.dtype),
+                T.match_buffer(handles[2], off.shape, "int32"),
+                T.match_buffer(handles[3], ptr.shape, "int32"),
+                T.match_buffer(handles[4], spec.out_shape, acc)])
+        rows = tiling.rows
         with T.grid(batch, out_channels // rows) as (n, task), T.sblock(name):
             vn, vt = T.axis.remap("SS", [n, task])
-            T.reads(data[(vn, *(slice(0, int(d)) for d in inp.shape[1:]))],
+            T.sblock_attr({BUILT_ATTR: built_json(grid, tiling)})
+            image = int(np.prod([int(d) for d in data.shape[1:]]))
+            groups, split, block = (int(d) for d in values.shape)
+            chunks = tiling.chunks
+            T.reads(data[(vn, *(slice(0, int(d)) for d in data.shape[1:]))],
                     values[0:groups, 0:split, 0:block], offsets[0:groups, 0:split],
                     starts[0:out_channels // block * chunks + 1])
             T.writes(out[vn, vt * rows:vt * rows + rows, 0:oh, 0:ow])
+            lanes = tiling.pixels
             tile = T.alloc_buffer((split, block, lanes), acc, scope="local")
             scratch = T.alloc_buffer((rows * plane,), acc)
-            flat = T.decl_buffer((batch * image,), inp.dtype, data=data.data)
-            with (T.serial(tiles) as t, T.serial(chunks) as k,
-                  T.serial(rows // block) as r):
-                segment = ((vt * rows) // block + r) * chunks + k
-                at = t * lanes
-                first = r * block * plane + at
-                _init_tile(tile, scratch, first, plane, chunks, k, split, block, lanes, acc)
-                begin = starts[segment] // split
-                with T.serial(starts[segment + 1] // split - begin) as j:
-                    with (T.unroll(split) as u, T.unroll(block) as i,
-                          T.vectorized(lanes) as p):
-                        element = flat[vn * image + offsets[begin + j, u] + stride * (at + p)]
-                        T.buffer_store(tile, tile[u, i, p]
-                                       + _widen(values[begin + j, u, i], val.dtype, acc)
-                                       * _widen(element, inp.dtype, acc), [u, i, p])
-                with T.unroll(block) as i, T.vectorized(lanes) as p:
-                    total = tile[0, i, p]
-                    for u in range(1, split):
-                        total = total + tile[u, i, p]
-                    T.buffer_store(scratch, total, [first + i * plane + p])
+            flat = T.decl_buffer((batch * image,), data.dtype, data=data.data)
+            kernel = _Kernel(spec, grid, tiling, flat, values, offsets, starts, tile, scratch,
+                             vn, vt, image, plane)
+            outer, inner = (tiles, chunks // tiling.merge)
+            if tiling.order == "chunks":
+                outer, inner = inner, outer
+            with T.serial(outer) as a, T.serial(inner) as b, T.serial(rows // block) as r:
+                t, k = (a, b) if tiling.order == "tiles" else (b, a)
+                kernel.step(t, k, r)
             with T.serial(rows) as r, T.serial(oh) as y, T.vectorized(ow) as x:
-                T.buffer_store(out, scratch[r * plane + y * width + x],
+                T.buffer_store(out, scratch[r * plane + y * grid.width + x],
                                [vn, vt * rows + r, y, x])
     return builder.get()
+
+
+@dataclass
+class _Kernel:
+    """What the kernel's tile step reads and writes (see `spmm_kernel`)."""
+
+    spec: ConvSpec
+    grid: PixelGrid
+    tiling: SparseTiling
+    flat: tirx.Buffer
+    values: tirx.Buffer
+    offsets: tirx.Buffer
+    starts: tirx.Buffer
+    accumulators: tirx.Buffer
+    scratch: tirx.Buffer
+    vn: tirx.Var
+    vt: tirx.Var
+    image: int
+    plane: int
+
+    def step(self, t: tirx.Var, k: tirx.Var, r: tirx.Var) -> None:
+        """One tile of one row block over chunk k (`merge` stored chunks): start it (zero,
+        or the earlier chunks' partial sums), its row block's entries of the chunk, store
+        it."""
+        tiling, spec = self.tiling, self.spec
+        acc, lanes, split = spec.out_dtype, tiling.pixels, tiling.split
+        block, merge = tiling.block, tiling.merge
+        segment = ((self.vt * tiling.rows) // block + r) * tiling.chunks + k * merge
+        at = t * lanes
+        first = r * block * self.plane + at
+        _init_tile(self.accumulators, self.scratch, first, self.plane,
+                   tiling.chunks // merge, k, split, block, lanes, acc)
+        begin = self.starts[segment] // split
+        with T.serial(self.starts[segment + merge] // split - begin) as j:
+            with (T.unroll(split) as u, T.unroll(block) as i, T.vectorized(lanes) as p):
+                element = self.flat[self.vn * self.image + self.offsets[begin + j, u]
+                                    + self.grid.stride * (at + p)]
+                T.buffer_store(self.accumulators, self.accumulators[u, i, p]
+                               + _widen(self.values[begin + j, u, i], self.values.dtype, acc)
+                               * _widen(element, self.flat.dtype, acc), [u, i, p])
+        with T.unroll(block) as i, T.vectorized(lanes) as p:
+            total = self.accumulators[0, i, p]
+            for u in range(1, split):
+                total = total + self.accumulators[u, i, p]
+            T.buffer_store(self.scratch, total, [first + i * self.plane + p])
+
+
+def built_json(grid: PixelGrid, tiling: SparseTiling) -> str:
+    """The `BUILT_ATTR` annotation: grid and tiling as JSON."""
+    return json.dumps({"grid": asdict(grid), "tiling": asdict(tiling)}, sort_keys=True)
+
+
+def built_of(annotation: str) -> tuple[PixelGrid, SparseTiling]:
+    """The grid and tiling a `BUILT_ATTR` annotation holds."""
+    raw = json.loads(annotation)
+    grid = raw["grid"]
+    return (PixelGrid(**{**grid, "taps": tuple(grid["taps"])}), SparseTiling(**raw["tiling"]))
 
 
 def _widen(value: tirx.Expr, dtype: str, acc: str) -> tirx.Expr:

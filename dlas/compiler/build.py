@@ -53,6 +53,7 @@ from tvm.target import Target
 from tvm_ffi import structural_equal
 
 from ..algorithms.base import RAW_WEIGHT, ConvAlgorithm, flatten_extern_blocks
+from ..algorithms.spmm_rebuild import rebuild_requested
 from ..targets.arch import export_suffix
 from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
 from ..tir.layout import DataLayout
@@ -433,6 +434,8 @@ def compile_model(
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
+            with tgt:  # the sparse kernels' tuned decisions (`dlas.algorithms.spmm_rebuild`)
+                mod = rebuild_requested(mod)
         with trace.phase("codegen"), cpu_codegen_context():  # no per-kernel arg checks
             executable = tvm.compile(mod, target=tgt,
                                      relax_pipeline=relax_finalize_pipeline(tgt))

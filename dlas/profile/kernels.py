@@ -26,6 +26,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 from tvm_ffi import structural_equal
 
+from dlas.algorithms.spmm_kernel import BUILT_ATTR
 from dlas.compiler.build import DEFAULT_LOWERING, ConvLowering, lower_to_tir, make_target
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
 from dlas.tir.schedule_helpers import const_extent, root_block
@@ -53,7 +54,9 @@ class KernelInfo:
     algorithms: list[str] = field(default_factory=list)
     #: It holds a conv (tagged, or TVM's own lowering of one).
     has_conv: bool = False
-    #: A loop's extent is read from memory (CSR): TVM's FLOP estimate cannot count it.
+    #: A loop's extent is read from memory (CSR; the pixel-tile sparse kernel's loop over a
+    #: row's entries sits inside its block, whose `dlas.spmm` annotation says so): TVM's
+    #: FLOP estimate cannot count it, and the kernel computes the weight's non-zeros only.
     dynamic: bool = False
     #: TVM's FLOP estimate of one call (non-conv kernels; None when it has none).
     flops: float | None = None
@@ -145,25 +148,13 @@ def _kernel_info(symbol: str, func: tirx.PrimFunc) -> KernelInfo:
     info.has_conv = bool(info.specs) or "conv2d" in symbol
     info.dynamic = (any(const_extent(sch, loop) is None
                         for rv in blocks for loop in sch.get_loops(rv))
-                    or any(_is_sparse(name) for name in info.algorithms))
+                    or any(BUILT_ATTR in sch.get(rv).annotations for rv in blocks))
     if not info.has_conv and not info.dynamic:
         try:
             info.flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
         except Exception:  # noqa: BLE001 - no estimate for this kernel: left unknown
             info.flops = None
     return info
-
-
-def _is_sparse(algorithm: str) -> bool:
-    """An algorithm registered as CSR: its kernel computes a weight's non-zeros only (the
-    pixel-tile kernel's loop over a row's entries sits inside its block, where a check of
-    the block loops' extents cannot see it)."""
-    from dlas import registry
-
-    try:
-        return "csr" in registry.get("algorithms", algorithm).tags
-    except registry.UnknownOptionError:
-        return False
 
 
 def _call_order(mod: tvm.IRModule) -> list[str]:

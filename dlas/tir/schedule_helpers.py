@@ -91,6 +91,13 @@ def target_simd(target: Target | None = None) -> Simd:
     return Simd(bits if bits > 0 else 128, 32 if triple.startswith("aarch64") else 16)
 
 
+def target_is_gpu(target: Target | None = None) -> bool:
+    """Whether `target` (default: the current one) is a GPU (CUDA, OpenCL, ...): code for
+    it is bound to blocks and threads, not SIMD registers."""
+    target = target if target is not None else Target.current(allow_none=True)
+    return target is not None and "gpu" in target.keys
+
+
 def target_vector_bits() -> int:
     """SIMD width in bits of the current LLVM target (see `target_simd`)."""
     return target_simd().bits

@@ -8,6 +8,7 @@ import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
+from ...tir.schedule_helpers import target_is_gpu
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts, blocking_of, vector_layout_reason
 from ..csr import DATA, INDICES, INDPTR, CSRFormat, block_csr_from_weight
@@ -15,9 +16,11 @@ from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
 from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
+    CSR_ROW_NAME,
     VECTOR_DOT_NAME,
     conv2d_nchw_direct,
     conv2d_nchw_direct_csr,
+    conv2d_nchw_direct_csr_rows,
     conv2d_vector_direct,
     conv2d_vector_direct_csr,
     conv2d_vector_direct_dot,
@@ -25,6 +28,7 @@ from .compute import (
     pack_columns,
 )
 from .schedule import (
+    schedule_csr_rows_form,
     schedule_direct,
     schedule_direct_csr,
     schedule_direct_vector,
@@ -76,12 +80,13 @@ STRIDED_CSR_REASON = ("a strided conv read in place gives the sparse kernel stri
 
 
 class DirectCSRConv(CSRFormat, ConvAlgorithm):
-    """Direct convolution over a CSR weight. NCHW: every stride-1 conv kind, by the
-    pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`) over the padded input in
+    """Direct convolution over a CSR weight. NCHW on a CPU: every stride-1 conv kind, by
+    the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`) over the padded input in
     place; strided convs fall back to `spatial_pack_csr` (recorded per conv), whose phase
-    planes give the kernel contiguous loads. NHWC and NCHWc: plain and depthwise convs
-    over block-CSR (rows of one output-channel vector, columns the whole vector pruned
-    skipped)."""
+    planes give the kernel contiguous loads. NCHW on a GPU: every conv kind, a row
+    kernel per output channel, a thread per output pixel. NHWC and NCHWc: plain and
+    depthwise convs over block-CSR (rows of one output-channel vector, columns the whole
+    vector pruned skipped)."""
 
     name = "direct_csr"
     layouts = VectorLayouts.layouts
@@ -91,7 +96,7 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
             reason = vector_layout_reason(spec)
             if reason is not None:
                 return reason
-        elif spec.strides != (1, 1):
+        elif spec.strides != (1, 1) and not target_is_gpu():
             return STRIDED_CSR_REASON
         return super().unsupported_reason(spec)
 
@@ -104,6 +109,8 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
                          ) -> dict[str, np.ndarray]:
         if weight_value is None:
             return super().weight_constants(spec, weight_value)
+        if spec.is_nchw and target_is_gpu():
+            return super().weight_constants(spec, weight_value)  # the rows form's CSR
         if spec.is_nchw:
             layout, tiling = direct_csr_plan(spec, weight_value)
             return sparse_rows(weight_value, spec, layout.grid, tiling)
@@ -117,12 +124,17 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
         if not spec.is_nchw:
             return conv2d_vector_direct_csr(data, weights[DATA], weights[INDICES],
                                             weights[INDPTR], spec)
+        if INDICES in weights:  # a GPU's
+            return conv2d_nchw_direct_csr_rows(data, weights[DATA], weights[INDICES],
+                                               weights[INDPTR], spec)
         return conv2d_nchw_direct_csr(data, weights[DATA], weights[OFFSETS],
                                       weights[INDPTR], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
         if not spec.is_nchw:
             return schedule_direct_vector_csr(sch, block, spec)
+        if sch.get(block).name_hint == CSR_ROW_NAME:
+            return schedule_csr_rows_form(sch, block, spec)
         return schedule_direct_csr(sch, block, spec)
 
 

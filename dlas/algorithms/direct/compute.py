@@ -20,7 +20,7 @@ from tvm import te, tirx
 from ...tir.schedule_helpers import target_simd
 from ..base import ConvSpec
 from ..blocked import blocking_of, input_index, pad_stored, read_input, stored_output
-from ..common import extern_stage, in_channel, pad_nchw, widen
+from ..common import extern_stage, in_channel, pad_nchw, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
@@ -47,6 +47,52 @@ def conv2d_nchw_direct(data: te.Tensor, weight: te.Tensor, spec: ConvSpec) -> te
         return te.sum(widen(pixel, acc) * widen(weight[o, rc, ry, rx], acc), axis=[rc, ry, rx])
 
     return te.compute(spec.out_shape, fconv, name=CONV_NAME)
+
+
+#: Names of the GPU form's blocks (`conv2d_nchw_direct_csr_rows`): one per (n, o) row, the
+#: update inside it.
+CSR_ROW_NAME = "conv2d_nchw_direct_csr_rows"
+CSR_UPDATE_NAME = "conv2d_nchw_direct_csr_update"
+
+
+def conv2d_nchw_direct_csr_rows(
+    data: te.Tensor, val: te.Tensor, col: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+) -> te.Tensor:
+    """The direct conv with a CSR weight on a GPU (`dlas.algorithms.csr`), no data
+    reshaping: one row kernel per (n, o), each output pixel a thread walking the row's
+    non-zeros (`dlas.compiler.gpu_schedule`); the pixel-tile kernel is a CPU design.
+
+        out[n, o, y, x] = sum_{j < ptr[o+1]-ptr[o]} val[ptr[o]+j]
+                          * pad(data)[n, g(o)*Cg + c(k), y*sh + ky(k)*dh, x*sw + kx(k)*dw]
+
+    with k = col[ptr[o]+j] a column of the (O, Cg*KH*KW) weight matrix. The reduction's
+    extent comes from `ptr`, so TE cannot express a good loop order; the kernel is the
+    shared CSR row kernel (`dlas.algorithms.csr_kernel`) entered through `te.extern`,
+    after the TE padding stage.
+    """
+    padded = pad_nchw(data, spec.padding)
+    return extern_stage([padded, val, col, ptr], direct_csr_kernel(spec, padded, val, col, ptr))
+
+
+def direct_csr_kernel(spec: ConvSpec, padded: te.Tensor, val: te.Tensor, col: te.Tensor,
+                      ptr: te.Tensor) -> tirx.PrimFunc:
+    """The CSR row kernel over the padded NCHW input: per (n, o) row, the update over
+    (j, y, x) reads the pixel of channel g(o)*Cg + c(k) under kernel tap (ky(k), kx(k))."""
+    n, o, oh, ow = spec.out_shape
+    cg = spec.weight_shape[1]
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+    opg = spec.out_channels // spec.groups
+
+    def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, _tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        vy, vx = pixels
+        c, ky, kx = split_column(spec, k)
+        return vn, vo // opg * cg + c, vy * sh + ky * dh, vx * sw + kx * dw
+
+    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Data", tiles={},
+                          pixels={"y": oh, "x": ow}, index=index)
+    return csr_row_kernel(layout, (n, o), spec.out_dtype, padded, val, col, ptr)
 
 
 #: Name of the direct CSR conv's output stage; its kernel's task block adds

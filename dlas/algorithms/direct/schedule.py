@@ -34,6 +34,7 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_padding,
     parallelize_producers,
+    schedule_csr_rows,
     vectorize_under_reduction,
 )
 from ..spmm_kernel import schedule_spmm
@@ -62,6 +63,15 @@ def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) ->
         parallelize_padding(sch, tiles, 2, spec.data_dtype)  # (n, c)
 
     return schedule_spmm(sch, block, padding)
+
+
+def schedule_csr_rows_form(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """The GPU rows form's CPU schedule (a GPU binds it with `dlas.compiler.gpu_schedule`
+    instead; this one serves the same compute on a CPU): rows in parallel, the non-zero
+    loop outermost inside a row, x vectorized."""
+    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
+    parallelize_producers(sch, block)
+    return outer
 
 
 def schedule_direct_vector(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec,

@@ -8,22 +8,30 @@ import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
+from ...tir.schedule_helpers import target_is_gpu
 from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
-from ..csr import DATA, INDPTR, CSRFormat
+from ..csr import DATA, INDICES, INDPTR, CSRFormat
 from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
 from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
+    CSR_ROW_NAME,
     VECTOR_GEMM_DOT_NAME,
     WEIGHT_2D,
     conv2d_nchw_gemm,
     conv2d_nchw_gemm_csr,
+    conv2d_nchw_gemm_csr_rows,
     conv2d_vector_gemm,
     conv2d_vector_gemm_dot,
     gemm_csr_plan,
 )
-from .schedule import schedule_gemm, schedule_gemm_csr, schedule_gemm_vector
+from .schedule import (
+    schedule_gemm,
+    schedule_gemm_csr,
+    schedule_gemm_csr_rows,
+    schedule_gemm_vector,
+)
 
 
 class GemmConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
@@ -64,25 +72,31 @@ class GemmConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
 
 
 class GemmCSRConv(CSRFormat, ConvAlgorithm):
-    """im2col + CSR-sparse x dense matrix product by the pixel-tile sparse kernel
-    (`dlas.algorithms.spmm_kernel`); every conv kind, zeros skipped."""
+    """im2col + CSR-sparse x dense matrix product, every conv kind, zeros skipped: by the
+    pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`) on a CPU, by a row kernel
+    per output channel (a thread per output pixel) on a GPU."""
 
     name = "gemm_csr"
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray]:
-        if weight_value is None:
-            return super().weight_constants(spec, weight_value)
+        if weight_value is None or target_is_gpu():
+            return super().weight_constants(spec, weight_value)  # the rows form's CSR
         grid, tiling = gemm_csr_plan(spec, weight_value)
         return sparse_rows(weight_value, spec, grid, tiling)
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if INDICES in weights:  # a GPU's
+            return conv2d_nchw_gemm_csr_rows(data, weights[DATA], weights[INDICES],
+                                             weights[INDPTR], spec)
         return conv2d_nchw_gemm_csr(data, weights[DATA], weights[OFFSETS], weights[INDPTR],
                                     spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if sch.get(block).name_hint == CSR_ROW_NAME:
+            return schedule_gemm_csr_rows(sch, block, spec)
         return schedule_gemm_csr(sch, block, spec)
 
 

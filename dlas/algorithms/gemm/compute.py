@@ -31,6 +31,7 @@ from tvm import te, tirx
 from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
 from ..common import extern_stage, pad_nchw, reduction_size, split_column, widen
+from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..spmm_kernel import PixelGrid, SparseTiling, plan, spmm_stage
@@ -40,6 +41,9 @@ GEMM_NAME = "conv2d_nchw_gemm"
 WEIGHT_2D = "weight_2d"
 #: Name of the CSR form's kernel block (the conv).
 CSR_NAME = "conv2d_nchw_gemm_csr"
+#: Names of the GPU form's row block and its update block.
+CSR_ROW_NAME = "conv2d_nchw_gemm_csr_rows"
+CSR_UPDATE_NAME = "conv2d_nchw_gemm_csr_update"
 
 
 def im2col(data: te.Tensor, spec: ConvSpec) -> te.Tensor:
@@ -83,6 +87,33 @@ def conv2d_nchw_gemm(data: te.Tensor, weights: dict[str, te.Tensor], spec: ConvS
         return te.sum(widen(weight(o, k), acc) * widen(col[n, g, k, y, x], acc), axis=k)
 
     return te.compute(spec.out_shape, fgemm, name=GEMM_NAME)
+
+
+def conv2d_nchw_gemm_csr_rows(
+    data: te.Tensor, val: te.Tensor, col_idx: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+) -> te.Tensor:
+    """im2col then the CSR weight matrix times it on a GPU: one row kernel per (n, o),
+    each output pixel a thread walking the row's non-zeros (`dlas.compiler.gpu_schedule`;
+    the pixel-tile kernel is a CPU design)."""
+    col = im2col(data, spec)
+    return extern_stage([col, val, col_idx, ptr], gemm_csr_kernel(spec, col, val, col_idx, ptr))
+
+
+def gemm_csr_kernel(spec: ConvSpec, colmat: te.Tensor, val: te.Tensor, col: te.Tensor,
+                    ptr: te.Tensor) -> tirx.PrimFunc:
+    """The CSR row kernel over the im2col matrix: per (n, o) row,
+    out[n, o, :] += val[e] * im2col[n, g(o), col[e], :]."""
+    n, o, oh, ow = spec.out_shape
+    opg = spec.out_channels // spec.groups
+
+    def index(vn: tirx.Var, vo: tirx.Var, k: tirx.Expr, _tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        vy, vx = pixels
+        return vn, vo // opg, k, vy, vx
+
+    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Mat", tiles={},
+                          pixels={"y": oh, "x": ow}, index=index)
+    return csr_row_kernel(layout, (n, o), spec.out_dtype, colmat, val, col, ptr)
 
 
 #: Name of the CSR form's im2col stage (rows padded to whole kernel tiles).

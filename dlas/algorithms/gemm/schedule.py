@@ -25,6 +25,7 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
     parallelize_rows,
+    schedule_csr_rows,
     vectorize_under_reduction,
 )
 from ..spmm_kernel import schedule_spmm
@@ -49,6 +50,15 @@ def schedule_gemm_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> L
             parallelize_rows(sch, producer, 2, spec.data_dtype)
 
     return schedule_spmm(sch, block, im2col)
+
+
+def schedule_gemm_csr_rows(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
+    """The GPU rows form's CPU schedule (a GPU binds it with `dlas.compiler.gpu_schedule`
+    instead): rows in parallel, the non-zero loop outermost, x vectorized; im2col as the
+    dense form's."""
+    outer = schedule_csr_rows(sch, block, spec.out_dtype, vector_loops=1)
+    _schedule_im2col(sch, block)
+    return outer
 
 
 def _schedule_im2col(sch: s_tir.Schedule, block: SBlockRV) -> None:

@@ -8,18 +8,21 @@ import numpy as np
 from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
+from ...tir.schedule_helpers import target_is_gpu
 from ..base import ConvAlgorithm, ConvSpec
 from ..blocked import PACKED_WEIGHT, VectorLayouts
-from ..csr import DATA, INDPTR, CSRFormat
-from ..direct import DirectConv
+from ..csr import DATA, INDICES, INDPTR, CSRFormat
+from ..direct import DirectConv, DirectCSRConv
 from ..dot_conv import Int8DotProduct, dot_intrinsic
 from ..int8_dot import COMPENSATION
 from ..spmm_kernel import OFFSETS, sparse_rows
 from .compute import (
+    CSR_UNPACK_NAME,
     KERNEL_VEC,
     VECTOR_DOT_TILES_NAME,
     conv2d_nchw_spatial_pack,
     conv2d_nchw_spatial_pack_csr,
+    conv2d_nchw_spatial_pack_csr_rows,
     conv2d_vector_spatial_pack,
     conv2d_vector_spatial_pack_dot,
     pack_kernel,
@@ -28,6 +31,7 @@ from .compute import (
 from .schedule import (
     schedule_spatial_pack,
     schedule_spatial_pack_csr,
+    schedule_spatial_pack_csr_rows,
     schedule_spatial_pack_vector,
 )
 
@@ -77,26 +81,41 @@ class SpatialPackConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
 
 
 class SpatialPackCSRConv(CSRFormat, ConvAlgorithm):
-    """The input packed into one plane per (row phase, kernel column), multiplied by the
-    CSR weight rows with the pixel-tile sparse kernel (`dlas.algorithms.spmm_kernel`);
-    every conv kind."""
+    """On a CPU, the input packed into one plane per (row phase, kernel column) and
+    multiplied by the CSR weight rows with the pixel-tile sparse kernel
+    (`dlas.algorithms.spmm_kernel`); every conv kind. On a GPU, the input packed in
+    tiles with their halo, a row kernel per output channel (a thread per tile pixel),
+    groups == 1; grouped and depthwise convs fall back to `direct_csr` there."""
 
     name = "spatial_pack_csr"
 
+    def unsupported_reason(self, spec: ConvSpec) -> str | None:
+        if spec.groups != 1 and target_is_gpu():
+            return GROUPED_REASON
+        return super().unsupported_reason(spec)
+
+    def fallback(self) -> ConvAlgorithm:
+        return DirectCSRConv()
+
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray]:
-        if weight_value is None:
-            return super().weight_constants(spec, weight_value)
+        if weight_value is None or target_is_gpu():
+            return super().weight_constants(spec, weight_value)  # the rows form's CSR
         planes, tiling = spatial_pack_csr_plan(spec, weight_value)
         return sparse_rows(weight_value, spec, planes.grid, tiling)
 
     def compute(
         self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
     ) -> te.Tensor:
+        if INDICES in weights:  # a GPU's
+            return conv2d_nchw_spatial_pack_csr_rows(data, weights[DATA], weights[INDICES],
+                                                     weights[INDPTR], spec)
         return conv2d_nchw_spatial_pack_csr(data, weights[DATA], weights[OFFSETS],
                                             weights[INDPTR], spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
+        if sch.get(block).name_hint == CSR_UNPACK_NAME:
+            return schedule_spatial_pack_csr_rows(sch, block, spec)
         return schedule_spatial_pack_csr(sch, block, spec)
 
 

@@ -35,7 +35,8 @@ from tvm import te, tirx
 from ...tir.schedule_helpers import target_simd
 from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
-from ..common import extern_stage, pad_nchw, widen
+from ..common import extern_stage, pad_nchw, split_column, widen
+from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
@@ -48,6 +49,10 @@ UNPACK_NAME = "conv2d_nchw_spatial_pack"
 #: Names of the CSR form's packing stage and kernel block (the conv).
 CSR_PACK_NAME = "data_planes"
 CSR_NAME = "conv2d_nchw_spatial_pack_csr"
+#: Names of the GPU form's row block, update block and unpack stage (the conv).
+CSR_ROW_NAME = "conv2d_spatial_pack_csr_rows"
+CSR_UPDATE_NAME = "conv2d_spatial_pack_csr_update"
+CSR_UNPACK_NAME = "conv2d_nchw_spatial_pack_csr_unpack"
 
 #: Default tile: 16 output channels (one AVX-512 float32 register, two AVX2 ones), 2 output
 #: rows and 8 output columns. Smaller convs take smaller tiles (see `tiles_for`).
@@ -233,6 +238,47 @@ def conv2d_nchw_spatial_pack_csr(
     planes, tiling = spatial_pack_csr_plan(spec, block=int(val.shape[2]))
     return spmm_stage(CSR_NAME, pack_planes(data, spec, planes), val, off, ptr, spec,
                       planes.grid, tiling)
+
+
+def conv2d_nchw_spatial_pack_csr_rows(
+    data: te.Tensor, val: te.Tensor, col: te.Tensor, ptr: te.Tensor, spec: ConvSpec
+) -> te.Tensor:
+    """Packed input x CSR weight rows on a GPU, then unpacked to NCHW (groups == 1): one
+    row kernel per (n, o), each tile pixel a thread walking the row's non-zeros
+    (`dlas.compiler.gpu_schedule`; the pixel-tile kernel is a CPU design)."""
+    t = tiles_for(spec)
+    data_vec = pack_data(data, spec)
+    tiles = extern_stage([data_vec, val, col, ptr],
+                         spatial_pack_csr_kernel(spec, data_vec, val, col, ptr))
+    return te.compute(
+        spec.out_shape,
+        lambda n, o, y, x: tiles[n, o, y // t.vh, x // t.vw, y % t.vh, x % t.vw],
+        name=CSR_UNPACK_NAME,
+    )
+
+
+def spatial_pack_csr_kernel(spec: ConvSpec, data_vec: te.Tensor, val: te.Tensor,
+                            col: te.Tensor, ptr: te.Tensor) -> tirx.PrimFunc:
+    """The CSR row kernel over the packed input: per (n, o) row and tile (ht, wt), the
+    row's non-zeros, then the tile's pixels (vh, vw); output in tiles, unpacked later."""
+    t = tiles_for(spec)
+    sh, sw = spec.strides
+    dh, dw = spec.dilation
+
+    def index(vn: tirx.Var, _vo: tirx.Var, k: tirx.Expr, tiles: Sequence[tirx.Var],
+              pixels: Sequence[tirx.Var]) -> tuple[tirx.Expr, ...]:
+        (vht, vwt), (vvh, vvw) = tiles, pixels
+        c, ky, kx = split_column(spec, k)
+        return vn, vht, vwt, c, vvh * sh + ky * dh, vvw * sw + kx * dw
+
+    layout = CSRRowLayout(CSR_ROW_NAME, CSR_UPDATE_NAME, input_name="Dv",
+                          tiles={"ht": t.ht, "wt": t.wt}, pixels={"vh": t.vh, "vw": t.vw},
+                          index=index)
+    return csr_row_kernel(layout, (spec.batch, spec.out_channels), spec.out_dtype, data_vec,
+                          val, col, ptr)
+
+
+#: Names of the vector-layout spatial pack's stages.
 
 
 #: Names of the vector-layout spatial pack's stages.

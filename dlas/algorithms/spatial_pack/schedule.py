@@ -28,6 +28,7 @@ from ..schedule_util import (
     parallel_outer,
     parallelize_producers,
     parallelize_rows,
+    schedule_csr_rows,
     vectorize_loop,
     vectorize_under_reduction,
 )
@@ -55,6 +56,17 @@ def schedule_spatial_pack_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSp
             parallelize_rows(sch, planes, 2, spec.data_dtype)
 
     return schedule_spmm(sch, block, packing)
+
+
+def schedule_spatial_pack_csr_rows(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec
+                                   ) -> LoopRV:
+    """The GPU rows form's CPU schedule (a GPU binds it with `dlas.compiler.gpu_schedule`
+    instead), `block` its unpack stage: rows in parallel, per tile the non-zero loop
+    before the tile's pixels; packing and unpacking parallel."""
+    (row,) = sch.get_producers(block)
+    schedule_csr_rows(sch, row, spec.out_dtype, vector_loops=1)
+    _schedule_packing(sch, row)
+    return _schedule_unpack(sch, block, spec)
 
 
 def _schedule_packing(sch: s_tir.Schedule, conv: SBlockRV) -> None:

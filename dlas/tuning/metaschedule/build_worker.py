@@ -11,7 +11,8 @@ each worker: measured here, one small conv kernel took 45 s to build through
 A candidate reaching the builder is already scheduled (a tensorized block already holds
 the intrinsic's body), so building it needs no intrinsic registry. This is
 `default_build` without that import; it stays a module of its own so the worker's
-unpickling imports nothing else of dlas.
+unpickling imports nothing else of dlas (but the sparse kernel's rebuild,
+`dlas.algorithms.spmm_rebuild`, for a candidate that holds one).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ def build_candidate(mod: Any, target: Any, _params: Any) -> Any:
     from dlas.compiler.codegen_config import cpu_codegen_context
 
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    if "dlas.spmm" in mod.script():  # a sparse kernel: its sampled decisions built in
+        from dlas.algorithms.spmm_rebuild import rebuild_requested
+
+        mod = rebuild_requested(mod)
     if "cpu" not in target.keys:
         return tvm_build(mod, target=target)
     with cpu_codegen_context():

@@ -17,6 +17,11 @@ row nest of every CSR kernel into a space with three sampled decisions:
 
 MetaSchedule's evolutionary search mutates these decisions (`MutateTileSize`,
 `MutateUnroll`) and its cost model ranks them like any other candidate.
+
+The NCHW CSR algorithms' pixel-tile kernel (`dlas.algorithms.spmm_kernel`) is one opaque
+block whose loops no primitive reaches; its decisions (tile size, chunks taken at once,
+loop order) are sampled with `sample_categorical` and written on the block as
+annotations, which the build turns into the kernel (`dlas.algorithms.spmm_rebuild`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from dlas.algorithms.schedule_util import CSR_ROW_RULE, csr_update_loops, parallel_outer
+from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of
+from dlas.algorithms.spmm_rebuild import REQUESTS, choices
 from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
 from dlas.tir.schedule_helpers import const_extent, root_block, vector_lanes
 
@@ -70,6 +77,28 @@ def sampled_csr_rows(vector_bits: int):
     return rule
 
 
+def sample_spmm_decisions(sch: s_tir.Schedule) -> int:
+    """Sample the pixel-tile sparse kernel's decisions (`dlas.algorithms.spmm_rebuild`:
+    tile size, chunks taken at once, loop order) for every kernel block of `sch`, as
+    annotations the build turns into the kernel; returns how many blocks it sampled."""
+    sampled = 0
+    for block in _kernel_blocks(sch):
+        grid, built = built_of(str(sch.get(block).annotations[BUILT_ATTR]))
+        for field, values in choices(grid, built).items():
+            if len(values) < 2:
+                continue
+            decision = sch.sample_categorical(candidates=values,
+                                              probs=[1.0 / len(values)] * len(values))
+            sch.annotate(block, REQUESTS[field], decision)
+        sampled += 1
+    return sampled
+
+
+def _kernel_blocks(sch: s_tir.Schedule) -> list[SBlockRV]:
+    return [block for block in sch.get_child_blocks(root_block(sch))
+            if BUILT_ATTR in sch.get(block).annotations]
+
+
 def csr_space(
     schedulers: Mapping[str, ConvScheduler], target: tvm.target.Target, vector_bits: int
 ) -> ms.space_generator.ScheduleFn:
@@ -80,6 +109,7 @@ def csr_space(
         try:
             with target:
                 schedule_blocks(sch, dict(schedulers), vector_bits)
+                sample_spmm_decisions(sch)
         finally:
             CSR_ROW_RULE.reset(token)
 
@@ -89,5 +119,7 @@ def csr_space(
         # Turns the sampled unroll depth into loop pragmas; the dynamic loop is left
         # alone (no DisallowDynamicLoop, which is what rejects CSR in the default space).
         postprocs=[ms.postproc.RewriteParallelVectorizeUnroll()],
+        # the block-CSR rows' tile sizes and unrolling; the pixel-tile kernel's categorical
+        # decisions are resampled in each generation's fresh candidates
         mutator_probs={ms.mutator.MutateTileSize(): 0.8, ms.mutator.MutateUnroll(): 0.2},
     )
