@@ -479,6 +479,13 @@ class _Kernel:
             T.buffer_store(self.scratch, total, [first + i * self.plane + p])
 
 
+def holds_spmm_kernel(func: tirx.PrimFunc) -> bool:
+    """Whether one of `func`'s top-level blocks is a pixel-tile kernel."""
+    sch = s_tir.Schedule(func)
+    root = sch.get_sblock(func.body.block.name_hint)
+    return any(BUILT_ATTR in sch.get(block).annotations for block in sch.get_child_blocks(root))
+
+
 def built_json(grid: PixelGrid, tiling: SparseTiling) -> str:
     """The `BUILT_ATTR` annotation: grid and tiling as JSON."""
     return json.dumps({"grid": asdict(grid), "tiling": asdict(tiling)}, sort_keys=True)
@@ -537,6 +544,7 @@ __all__ = [
     "SparseTiling",
     "choose_tiling",
     "forced_tiling",
+    "holds_spmm_kernel",
     "plan",
     "row_block_of",
     "schedule_spmm",

@@ -116,7 +116,7 @@ def _rebuilt(block: s_tir.SBlock) -> s_tir.SBlock | None:
     if wanted == built:
         return None
     spec = ConvSpec.from_json(str(annotations[CONV_SPEC_ATTR]))
-    buffers = tuple(region.buffer for region in (*block.reads[:4], block.writes[0]))
+    buffers = tuple(region.source for region in (*block.reads[:4], block.writes[0]))
     func = spmm_kernel(block.name_hint, spec, grid, wanted, buffers=buffers)
     new = _kernel_block(func)
     kept = {k: v for k, v in annotations.items() if k != BUILT_ATTR}

@@ -53,6 +53,7 @@ from tvm.target import Target
 from tvm_ffi import structural_equal
 
 from ..algorithms.base import RAW_WEIGHT, ConvAlgorithm, flatten_extern_blocks
+from ..algorithms.spmm_kernel import holds_spmm_kernel
 from ..algorithms.spmm_rebuild import rebuild_requested
 from ..targets.arch import export_suffix
 from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
@@ -300,14 +301,12 @@ def _fusable_convs(mod: tvm.IRModule, made: dict[str, tuple[str, ConvSpec]]) -> 
     kernels, each a thread launch and a pass over the activations, in a sparse ResNet18).
     The kernel computes its whole output before anything reads it, as a TE conv does, so
     it is marked as TE convs are and its epilogue fuses; `spmm_kernel.schedule_spmm`
-    then computes the epilogue per task. (The vector layouts' block-CSR kernel is left
-    opaque: FuseTIR refuses its data-dependent block iterator once indices are int64.)"""
+    then computes the epilogue per task. (The block-CSR row kernels, the vector layouts'
+    and a GPU's, are left opaque: FuseTIR refuses their data-dependent block iterator
+    once indices are int64.)"""
     for gvar, func in list(mod.functions_items()):
-        entry = made.get(gvar.name_hint)
-        if entry is None or not isinstance(func, tirx.PrimFunc):
-            continue
-        name, spec = entry
-        if not (name.endswith("_csr") and spec.is_nchw):
+        if (gvar.name_hint not in made or not isinstance(func, tirx.PrimFunc)
+                or not holds_spmm_kernel(func)):
             continue
         pattern = func.attrs.get("op_pattern") if func.attrs is not None else None
         if pattern is not None and int(pattern) == OPAQUE_PATTERN:

@@ -21,6 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import SBlockRV
 from tvm_ffi import structural_equal
 
+from dlas.algorithms.spmm_kernel import BUILT_ATTR
 from dlas.compiler.pipeline import SCHEDULED_ATTR
 from dlas.compiler.relax_values import constant_value
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, CONV_SPEC_ATTR, ConvSpec
@@ -41,10 +42,14 @@ class Task:
 
     @property
     def has_dynamic_loops(self) -> bool:
-        """True for CSR kernels (a loop whose extent is read from memory)."""
+        """True for CSR kernels (a loop whose extent is read from memory): a block loop's
+        (the block-CSR rows), or one inside a pixel-tile kernel's block, which its
+        `dlas.spmm` annotation says."""
         sch = s_tir.Schedule(self.mod)
-        return any(const_extent(sch, loop) is None
-                   for block in _all_blocks(sch) for loop in sch.get_loops(block))
+        blocks = _all_blocks(sch)
+        return (any(BUILT_ATTR in sch.get(block).annotations for block in blocks)
+                or any(const_extent(sch, loop) is None
+                       for block in blocks for loop in sch.get_loops(block)))
 
     @property
     def kind(self) -> str:
