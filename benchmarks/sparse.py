@@ -120,6 +120,18 @@ def level_of(row: Any) -> float | None:
     return info.get("chosen_level")
 
 
+def short_label(row: Any) -> str:
+    """`weight_pruning 0.9 layer`, `block_pruning 16x1 0.8 global`, `nm_pruning 2:4`."""
+    info = row.compression_info or {}
+    name = str(row.compression).split("(")[0]
+    level = info.get("chosen_level")
+    if name == "nm_pruning":
+        m = int(info.get("m", 4))
+        return f"{name} {round(m * (1 - (level or 0)))}:{m}"
+    block = "x".join(str(b) for b in info["block"]) + " " if info.get("block") else ""
+    return f"{name} {block}{level:g} {info.get('scope', 'global')}"
+
+
 def table(all_rows: list[Any]) -> list[dict[str, Any]]:
     """Print the tables; return their records."""
     records: list[dict[str, Any]] = []
@@ -139,22 +151,22 @@ def table(all_rows: list[Any]) -> list[dict[str, Any]]:
                   f"{best.accuracy:.3f}" + (f"; ONNX Runtime {ort.latency_median_ms:.3f} ms "
                                            f"({ort.placement})" if ort else ""))
             print(f"{'compression':<34} {'variant':<28} {'ms':>8} {'vs dense':>9} "
-                  f"{'% exp.':>7} {'acc':>6} {'placement':>9}")
+                  f"{'% exp.':>7} {'sparsity':>8} {'acc':>6} {'placement':>9}")
             for row in sorted((r for r in mine if r.compression != "none"
                                and r.tuning == "none"),
-                              key=lambda r: (r.compression, r.latency_median_ms)):
+                              key=lambda r: (short_label(r), r.latency_median_ms)):
                 peer = same_placement(best, row.placement)
                 speedup = peer / row.latency_median_ms if peer else None
                 sparsity = row.sparsity or 0.0
                 ideal = 1.0 / (1.0 - sparsity) if sparsity < 1 else None
                 expected = speedup / ideal if speedup and ideal else None
-                print(f"{row.compression[:34]:<34} {row.algorithm[:28]:<28} "
+                print(f"{short_label(row):<34} {row.algorithm[:28]:<28} "
                       f"{row.latency_median_ms:>8.3f} "
                       f"{'-' if speedup is None else f'{speedup:.2f}x':>9} "
                       f"{'-' if expected is None else f'{expected:.0%}':>7} "
-                      f"{row.accuracy or 0:>6.3f} {row.placement or '-':>9}")
+                      f"{sparsity:>8.3f} {row.accuracy or 0:>6.3f} {row.placement or '-':>9}")
                 records.append({
-                    "target": target, "model": model, "compression": row.compression,
+                    "target": target, "model": model, "compression": short_label(row),
                     "level": level_of(row), "sparsity": sparsity,
                     "variant": row.algorithm, "ms": row.latency_median_ms,
                     "placement": row.placement, "best_dense": best.algorithm,
@@ -184,6 +196,8 @@ def main() -> None:
                         help="also the AVX2 code path (-mcpu haswell), on an AVX-512 host")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--finetune-epochs", type=int, default=2)
+    parser.add_argument("--table-only", action="store_true",
+                        help="print the table of an existing --workspace, run nothing")
     args = parser.parse_args()
 
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="dlas-sparse-"))
@@ -192,7 +206,8 @@ def main() -> None:
     path = workspace / "sparse.yaml"
     path.write_text(yaml.safe_dump(config(args), sort_keys=False))
     print(f"workspace {workspace} (log: {log})", flush=True)
-    dlas("run", str(path), "--workspace", str(workspace), "--no-progress", log=log)
+    if not args.table_only:
+        dlas("run", str(path), "--workspace", str(workspace), "--no-progress", log=log)
     from dlas.targets.host import detect_host_cpu
 
     cpu = detect_host_cpu()

@@ -48,7 +48,12 @@ Around the tile (`SparseTiling`, chosen per conv by `choose_tiling`):
 * `merge`, `order`: stored chunks taken as one, and whether tiles or chunks are the outer
   loop of a task: decisions only the tuning layer changes (`spmm_rebuild`).
 
-MEASURED
+Measured per conv at 90% unstructured sparsity (Xeon Cascade Lake, 2 threads; each CSR
+conv function, its input layout stage included, against dlas's dense NCHWc direct
+micro-kernel, interleaved in one process): ResNet18-w0.5's 3x3 convs 1.7-2.3x at 32x32
+(in place best), 3.5x at 16x16, 3.2x at 8x8, 2.3x at 4x4 (spatial pack best, 28-45
+GFLOP/s of non-zero work); MobileNetV2-w0.5's 1x1 convs 1.7-3.1x, its depthwise convs
+0.8-1.1x (nine taps a row leave nothing to amortise a tile over).
 """
 
 from __future__ import annotations
