@@ -101,9 +101,10 @@ class DirectCSRConv(CSRFormat, ConvAlgorithm):
         return super().unsupported_reason(spec)
 
     def fallback(self) -> ConvAlgorithm:
-        from ..spatial_pack import SpatialPackCSRConv  # spatial_pack imports direct
+        # through the registry: spatial_pack imports direct (its own fallbacks)
+        from dlas import registry
 
-        return SpatialPackCSRConv()
+        return registry.create("algorithms", "spatial_pack_csr", {})
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray]:
