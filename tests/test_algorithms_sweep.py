@@ -33,11 +33,14 @@ def test_every_algorithm_runs_in_a_sweep(tmp_path: Path, shared_cache: Path) -> 
             assert "CSR needs a compression that leaves zero weights" in dense.error
         else:
             assert dense.status == "ok", dense.error
-    # tiny_cnn has a depthwise conv: spatial pack computes it with its documented fallback
-    for algorithm, fallback in [("spatial_pack", "direct"), ("spatial_pack_csr", "direct_csr")]:
+    # tiny_cnn has a depthwise conv, which dense spatial pack computes with its documented
+    # fallback, and a stride-2 stem, which direct CSR reads through spatial pack's phase
+    # planes; the sparse spatial pack and GEMM compute every conv themselves
+    for algorithm, fallback in [("spatial_pack", "direct"), ("direct_csr", "spatial_pack_csr")]:
         lines = rows[("weight_pruning", algorithm)].conv_fallbacks
-        assert len(lines) == 1 and lines[0].endswith(f"computed with {fallback}")
-    assert rows[("weight_pruning", "gemm")].conv_fallbacks == []
+        assert len(lines) == 1 and lines[0].endswith(f"computed with {fallback}"), lines
+    for algorithm in ("gemm", "spatial_pack_csr", "gemm_csr"):
+        assert rows[("weight_pruning", algorithm)].conv_fallbacks == []
     # where each compile's time went (import: the shared import stage's seconds)
     for row in rows.values():
         if row.status == "ok":

@@ -42,20 +42,28 @@ def _model(name: str) -> torch.nn.Module:
     return model.eval()
 
 
-@pytest.fixture(scope="module", params=["resnet18", "mobilenetv2"])
-def model_name(request: pytest.FixtureRequest) -> str:
-    return request.param
+#: (model, pruning, algorithms): every sparsity shape and every sparse algorithm at least
+#: once, both models with the unstructured and the SIMD-width block shapes.
+CASES = [
+    ("resnet18", "unstructured", ALGORITHMS),
+    ("resnet18", "block16x1", ALGORITHMS),
+    ("resnet18", "block4x1", ALGORITHMS[:1]),
+    ("resnet18", "2:4", ALGORITHMS[1:2]),
+    ("mobilenetv2", "unstructured", ALGORITHMS),
+    ("mobilenetv2", "block16x1", ALGORITHMS[1:]),
+]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("pruning", sorted(PRUNINGS))
-def test_pruned_models_match_pytorch(model_name: str, pruning: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("model_name", "pruning", "algorithms"), CASES,
+                         ids=[f"{m}-{p}" for m, p, _ in CASES])
+def test_pruned_models_match_pytorch(model_name: str, pruning: str, algorithms: list,
+                                     tmp_path: Path) -> None:
     model = make_permanent(PRUNINGS[pruning](copy.deepcopy(_model(model_name)))).eval()
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
         ref = model(x).numpy()
     imported = import_torch_model(model, (1, 3, 32, 32))
-    for name, params in ALGORITHMS:
+    for name, params in algorithms:
         compiled = compile_model(imported, registry.create("algorithms", name, params),
                                  host_target(), tmp_path / name)
         got = run_batch(load_vm(compiled.executable_path), x.numpy())
