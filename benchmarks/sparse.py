@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,24 +35,16 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kernels import dlas  # noqa: E402 - `dlas ARGS` as a user runs it, output to the log
+
 DENSE = ["direct", "gemm", "spatial_pack"]
 CSR = ["direct_csr", "gemm_csr", "spatial_pack_csr"]
 #: Structured options run with `--structured`: (option, extra params, level).
 STRUCTURED = [("block_pruning", {"block": [16, 1]}, 0.8),
               ("block_pruning", {"block": [4, 1]}, 0.8),
               ("nm_pruning", {}, 0.5)]
-
-
-def dlas(*args: str, log: Path) -> str:
-    """`dlas ARGS` in a subprocess (as a user runs it); its output appended to `log`."""
-    cmd = [sys.executable, "-m", "dlas.cli", *args]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\n{done.stdout}\n{done.stderr}\n")
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}); see {log}")
-    return done.stdout
 
 
 def pruning(name: str, level: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:

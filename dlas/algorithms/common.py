@@ -31,6 +31,14 @@ def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int],
     return te.compute((n, c, h + pt + pb, w + pl + pr), fpad, name=PAD_NAME)
 
 
+def pad_rows(data: te.Tensor, spec: ConvSpec, rows: int) -> te.Tensor:
+    """`spec`'s padding of `data`, with zero rows added at the bottom until the padded
+    input has at least `rows` rows (layouts whose last tile reads past the image)."""
+    _, _, h, _ = spec.data_shape
+    pt, _, pb, _ = spec.padding
+    return pad_nchw(data, spec.padding, (max(0, rows - (h + pt + pb)), 0))
+
+
 def in_channel(spec: ConvSpec, o: tirx.PrimExpr, c: tirx.PrimExpr) -> tirx.PrimExpr:
     """Input channel of (output channel o, in-group channel c): groups map o to a slice."""
     if spec.groups == 1:

@@ -41,6 +41,12 @@ def vector_layouts_need_a_cpu(point: Any) -> str | None:
     return None
 
 
+def check_channel_block(block: int) -> None:
+    """An NCHWc channel block is a power of two from 1 to 64."""
+    if block < 1 or block > 64 or block & (block - 1):
+        raise ValueError(f"block must be a power of two from 1 to 64, got {block}")
+
+
 class LayoutParams(BaseModel):
     """The activation layout a dense algorithm computes in (layer 4's data format)."""
 
@@ -59,8 +65,7 @@ class LayoutParams(BaseModel):
             if self.layout != "NCHWc":
                 raise ValueError(f"block is NCHWc's channel block; layout {self.layout} "
                                  "has none (drop block, or set layout: NCHWc)")
-            if self.block < 1 or self.block > 64 or self.block & (self.block - 1):
-                raise ValueError(f"block must be a power of two from 1 to 64, got {self.block}")
+            check_channel_block(self.block)
         return self
 
     @model_serializer(mode="wrap")
@@ -171,9 +176,8 @@ class MixedParams(BaseModel):
 
     @model_validator(mode="after")
     def _block_is_a_power_of_two(self) -> MixedParams:
-        if self.block is not None and (self.block < 1 or self.block > 64
-                                       or self.block & (self.block - 1)):
-            raise ValueError(f"block must be a power of two from 1 to 64, got {self.block}")
+        if self.block is not None:
+            check_channel_block(self.block)
         return self
 
 

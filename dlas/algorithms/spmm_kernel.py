@@ -174,6 +174,14 @@ def target_threads() -> int:
     return max(int(cores), 1) if cores is not None else 1
 
 
+def reads_in_place(spec: ConvSpec, padded: int) -> bool:
+    """Whether the kernel reads the conv's input as it is: a 1x1 stride-1 unpadded conv
+    whose tiles end with the image needs no layout stage in any algorithm."""
+    _, _, oh, ow = spec.out_shape
+    return (spec.kernel_size == (1, 1) and spec.strides == (1, 1) and not any(spec.padding)
+            and padded == oh * ow)
+
+
 def padded_positions(positions: int, pixels: int) -> int:
     """`positions` rounded up to whole tiles."""
     return -(-positions // pixels) * pixels
@@ -551,6 +559,7 @@ __all__ = [
     "forced_tiling",
     "holds_spmm_kernel",
     "plan",
+    "reads_in_place",
     "row_block_of",
     "schedule_spmm",
     "sparse_rows",

@@ -35,12 +35,12 @@ from tvm import te, tirx
 from ...tir.schedule_helpers import target_simd
 from ..base import RAW_WEIGHT, ConvSpec
 from ..blocked import blocking_of, pad_stored, read_input, stored_output
-from ..common import extern_stage, pad_nchw, split_column, widen
+from ..common import extern_stage, pad_nchw, pad_rows, split_column, widen
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
-from ..spmm_kernel import PixelGrid, SparseTiling, plan, spmm_stage
+from ..spmm_kernel import PixelGrid, SparseTiling, plan, reads_in_place, spmm_stage
 
 DATA_VEC_NAME = "data_vec"
 KERNEL_VEC = "kernel_vec"
@@ -182,15 +182,9 @@ def packed_planes(spec: ConvSpec, padded: int) -> PackedPlanes:
                  for ky in range(kh) for kx in range(kw))
     grid = PixelGrid(positions=oh * ow, padded=padded, width=ow, stride=1,
                      channel=len(phases) * kw * plane, taps=taps)
-    if _reads_in_place(spec, padded):
+    if reads_in_place(spec, padded):
         grid = PixelGrid(oh * ow, padded, ow, 1, oh * ow, (0,))
     return PackedPlanes(grid, phases, rows)
-
-
-def _reads_in_place(spec: ConvSpec, padded: int) -> bool:
-    _, _, oh, ow = spec.out_shape
-    return (spec.kernel_size == (1, 1) and spec.strides == (1, 1) and not any(spec.padding)
-            and padded == oh * ow)
 
 
 def spatial_pack_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None,
@@ -204,17 +198,15 @@ def spatial_pack_csr_plan(spec: ConvSpec, weight: np.ndarray | None = None,
 def pack_planes(data: te.Tensor, spec: ConvSpec, planes: PackedPlanes) -> te.Tensor:
     """planes[n, c, a, kx, r, x] (see `PackedPlanes`) from a padding stage (rows past the
     image: zeros added to it)."""
-    if _reads_in_place(spec, planes.grid.padded):
+    if reads_in_place(spec, planes.grid.padded):
         return data
     _, kw = spec.kernel_size
     sh, sw = spec.strides
     _, dw = spec.dilation
-    _, _, h, _ = spec.data_shape
-    pt, _, pb, _ = spec.padding
     _, _, _, ow = spec.out_shape
     phases = planes.phases
     needed = (planes.rows - 1) * sh + max(phases) + 1
-    padded = pad_nchw(data, spec.padding, (max(0, needed - (h + pt + pb)), 0))
+    padded = pad_rows(data, spec, needed)
 
     def phase(a: tirx.Var) -> tirx.Expr:
         value: tirx.Expr = tirx.const(phases[-1], "int32")
