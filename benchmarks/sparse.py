@@ -11,7 +11,9 @@ rounds, placement recorded), in one workspace:
   every CSR algorithm in NCHW, direct CSR in NCHWc (block CSR), and `mixed_csr` (per conv
   sparse or dense, by density);
 * with `--avx2` on an AVX-512 host, all of it again for `-mcpu haswell` (the AVX2 code
-  path, forced), so both SIMD paths are measured on one machine.
+  path, forced), so both SIMD paths are measured on one machine; `--only-avx2` times the
+  AVX2 path alone. With `--structured`, an AVX2 run adds block pruning at its SIMD width
+  (8x1).
 
 Printed per target and model: ONNX Runtime, the best dense variant (any layout; the peer
 every sparse row is divided by), then each sparse row: its median, its speedup over the
@@ -21,7 +23,7 @@ pruned model's accuracy beside the dense one's. A JSON copy goes to WORKSPACE/sp
 
     python benchmarks/sparse.py [--workspace DIR] [--models resnet18 mobilenetv2]
                                 [--levels 0.8 0.9] [--scopes global layer]
-                                [--structured] [--avx2]
+                                [--structured] [--avx2 | --only-avx2]
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
         extra = {} if scope == "global" else {"scope": scope}
         compression += [pruning("weight_pruning", level, extra) for level in args.levels]
     if args.structured:
-        for name, extra, level in STRUCTURED:
+        avx2_block = [("block_pruning", {"block": [8, 1]}, 0.8)] if args.avx2 else []
+        for name, extra, level in [*STRUCTURED, *avx2_block]:
             scopes = args.scopes if name == "block_pruning" else ["global"]
             for scope in scopes:
                 compression.append(pruning(name, level, {
@@ -67,7 +70,7 @@ def config(args: argparse.Namespace) -> dict[str, Any]:
     dense = [a if layout == "NCHW" else {"name": a, "params": {"layout": layout}}
              for a in DENSE for layout in ("NCHW", "NCHWc")]
     sparse = [*CSR, {"name": "direct_csr", "params": {"layout": "NCHWc"}}, "mixed_csr"]
-    targets: list[Any] = ["host"]
+    targets: list[Any] = [] if args.only_avx2 else ["host"]
     if args.avx2:
         targets.append({"name": "host", "params": {"mcpu": "haswell"}})
     dense_labels = [a if isinstance(a, str) else f"{a['name']}(layout=NCHWc)" for a in dense]
@@ -185,11 +188,14 @@ def main() -> None:
                         help="also block pruning (SIMD width, 4x1) and 2:4 N:M pruning")
     parser.add_argument("--avx2", action="store_true",
                         help="also the AVX2 code path (-mcpu haswell), on an AVX-512 host")
+    parser.add_argument("--only-avx2", action="store_true",
+                        help="only the AVX2 code path (a second workspace beside an AVX-512 run)")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--finetune-epochs", type=int, default=2)
     parser.add_argument("--table-only", action="store_true",
                         help="print the table of an existing --workspace, run nothing")
     args = parser.parse_args()
+    args.avx2 = args.avx2 or args.only_avx2
 
     workspace = args.workspace or Path(tempfile.mkdtemp(prefix="dlas-sparse-"))
     workspace.mkdir(parents=True, exist_ok=True)

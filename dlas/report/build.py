@@ -283,8 +283,10 @@ def _layout_speedup(row: LayoutRow) -> str:
     """The fastest layout's speedup over NCHW, said to be a tie when its interval does
     not exclude one (`LayoutRow.decided`)."""
     speedup = row.speedup_over_nchw
-    if speedup is None:
+    if row.nchw is None:
         return "no NCHW point"
+    if speedup is None:
+        return "not comparable (no vCPU placement in common)"
     if row.fastest.layout == NCHW:
         return "1.00x (NCHW fastest)"
     return f"{speedup:.2f}x" + ("" if row.decided() else " (a tie within noise)")
@@ -331,7 +333,7 @@ def _speedup_section(doc: Document, points: list[ReportPoint], paper: Paper,
         [c.group.label, c.model_label, short(c.compression),
          "?" if c.ratio is None else f"{c.ratio:.1f}x",
          f"{c.dense.algorithm_label}, {fmt_time(c.dense)}",
-         f"{c.best.algorithm_label}, {fmt_time(c.best)}", f"{c.speedup:.2f}x",
+         f"{c.best.algorithm_label}, {fmt_time(c.best)}", c.speedup_text,
          "-" if c.pct_expected is None else f"{c.pct_expected:.1f}%"] for c in cells]
     doc.add(Table(["platform (tuning)", "model", "compression", "ideal speedup",
                    "best dense", "best compressed", "speedup", "% of expected"], rows,
@@ -340,7 +342,8 @@ def _speedup_section(doc: Document, points: list[ReportPoint], paper: Paper,
     avg_rows: list[list[Cell | str]] = [
         [a.group.label, short(a.compression), str(a.models),
          "-" if a.mean_pct is None else f"{a.mean_pct:.1f}%",
-         f"{a.geomean_speedup:.2f}x", "-" if a.paper_pct is None else f"{a.paper_pct:.1f}%"]
+         "-" if a.geomean_speedup is None else f"{a.geomean_speedup:.2f}x",
+         "-" if a.paper_pct is None else f"{a.paper_pct:.1f}%"]
         for a in averages(cells, paper, platforms)]
     doc.add(Table(["platform (tuning)", "compression", "models", "mean % of expected",
                    "geo-mean speedup", "paper: mean % of expected"], avg_rows,
@@ -396,7 +399,9 @@ def _baseline_section(doc: Document, points: list[ReportPoint]) -> None:
                                  v.algorithm_label,
                                  v.tuning_label, fmt_time(v) + _noisy(v)]
         for runtime in cmp.runtimes:
-            row.append(fmt_ratio_vs(r.ratio(runtime)))
+            ratio = r.ratio(runtime)
+            row.append("not comparable" if ratio is None and runtime in r.baselines
+                       else fmt_ratio_vs(ratio))
         rows.append(row)
     doc.add(Table(["platform", "model", "compression", "algorithm", "tuning",
                    "TVM median [95% CI]",

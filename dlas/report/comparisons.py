@@ -156,6 +156,9 @@ class Statistic:
     value: float
     low: float
     high: float
+    #: False when it divides timings with no vCPU placement in common: `value` is then
+    #: the headline medians' ratio, which no claim may state (`text` says so instead).
+    comparable: bool = True
 
     @classmethod
     def exact(cls, value: float) -> Statistic:
@@ -163,10 +166,14 @@ class Statistic:
 
     def scaled(self, factor: float) -> Statistic:
         """A positive constant multiple (a speedup as a share of its ideal)."""
-        return Statistic(self.value * factor, self.low * factor, self.high * factor)
+        return Statistic(self.value * factor, self.low * factor, self.high * factor,
+                         self.comparable)
 
     def text(self, fmt: str = ".2f", unit: str = "") -> str:
-        """'1.23x [1.10, 1.40]'; the value alone when the interval is a point."""
+        """'1.23x [1.10, 1.40]'; the value alone when the interval is a point; 'not
+        comparable' for timings with no placement in common."""
+        if not self.comparable:
+            return "not comparable (no vCPU placement in common)"
         value = f"{self.value:{fmt}}{unit}"
         if self.low == self.high:
             return value
@@ -174,15 +181,17 @@ class Statistic:
 
 
 def speedup_interval(base: ReportPoint, other: ReportPoint) -> Statistic:
-    """How many times faster `other` is than `base` (median(base) / median(other)), with
-    the ratio's interval from `compare_points` ([0, inf] for an incomparable pair)."""
+    """How many times faster `other` is than `base` (median(base) / median(other)) in
+    the placement `compare_points` compares them in, with its interval; an incomparable
+    pair is [0, inf] and marked so (its value, the headline medians' ratio, is not a
+    claim)."""
     assert base.latency_ms is not None and other.latency_ms is not None
-    value = base.latency_ms / other.latency_ms
     c = compare_points(other, base)
+    if c.verdict == "incomparable" or c.ratio is None:
+        return Statistic(base.latency_ms / other.latency_ms, 0.0, math.inf, comparable=False)
     if c.low is None or c.high is None:
-        return Statistic(value, 0.0, math.inf)
-    # the bootstrap's ratio is of pooled samples; keep the medians' ratio inside it
-    return Statistic(value, min(c.low, value), max(c.high, value))
+        return Statistic(c.ratio, 0.0, math.inf)
+    return Statistic(c.ratio, min(c.low, c.ratio), max(c.high, c.ratio))
 
 
 def _geo(values: list[float]) -> float:
@@ -200,7 +209,7 @@ def mean_interval(intervals: Iterable[Statistic]) -> Statistic:
         raise ValueError("mean of nothing")
     n = len(ivs)
     return Statistic(sum(i.value for i in ivs) / n, sum(i.low for i in ivs) / n,
-                    sum(i.high for i in ivs) / n)
+                    sum(i.high for i in ivs) / n, all(i.comparable for i in ivs))
 
 
 def geomean_interval(intervals: Iterable[Statistic]) -> Statistic:
@@ -209,7 +218,7 @@ def geomean_interval(intervals: Iterable[Statistic]) -> Statistic:
     if not ivs:
         raise ValueError("geomean of nothing")
     return Statistic(_geo([i.value for i in ivs]), _geo([i.low for i in ivs]),
-                    _geo([i.high for i in ivs]))
+                    _geo([i.high for i in ivs]), all(i.comparable for i in ivs))
 
 
 def ratio_interval(x: Statistic, y: Statistic) -> Statistic:
@@ -217,12 +226,14 @@ def ratio_interval(x: Statistic, y: Statistic) -> Statistic:
     def div(a: float, b: float) -> float:
         return math.inf if b == 0 else a / b
 
-    return Statistic(div(x.value, y.value), div(x.low, y.high), div(x.high, y.low))
+    return Statistic(div(x.value, y.value), div(x.low, y.high), div(x.high, y.low),
+                     x.comparable and y.comparable)
 
 
 def difference_interval(x: Statistic, y: Statistic) -> Statistic:
     """x - y, from opposite ends."""
-    return Statistic(x.value - y.value, x.low - y.high, x.high - y.low)
+    return Statistic(x.value - y.value, x.low - y.high, x.high - y.low,
+                     x.comparable and y.comparable)
 
 
 def at_least(iv: Statistic, threshold: float) -> bool | None:

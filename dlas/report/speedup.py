@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dlas.report.comparisons import speedup_interval
 from dlas.report.data import ReportPoint
 from dlas.report.paper import Paper
 from dlas.report.tables import (
@@ -58,13 +59,24 @@ class SpeedupCell:
         return self.best.ratio
 
     @property
-    def speedup(self) -> float:
+    def speedup(self) -> float | None:
+        """Dense median over compressed median, both in the vCPU placement the two points
+        compare in (`speedup_interval`); None when they share none."""
         assert self.dense.latency_ms is not None and self.best.latency_ms is not None
-        return speedup(self.dense.latency_ms, self.best.latency_ms)
+        stat = speedup_interval(self.dense, self.best)
+        return stat.value if stat.comparable else None
+
+    @property
+    def speedup_text(self) -> str:
+        """'2.19x', '1.02x (tie)' where the interval holds 1, or 'not comparable'."""
+        stat = speedup_interval(self.dense, self.best)
+        if not stat.comparable:
+            return "not comparable"
+        return f"{stat.value:.2f}x" + (" (tie)" if stat.low <= 1.0 <= stat.high else "")
 
     @property
     def pct_expected(self) -> float | None:
-        if self.ratio is None or self.ratio <= 1:
+        if self.ratio is None or self.ratio <= 1 or self.speedup is None:
             return None
         return percent_of_expected(self.speedup, self.ratio)
 
@@ -92,7 +104,8 @@ class SpeedupAverage:
     compression: str
     models: int
     mean_pct: float | None
-    geomean_speedup: float
+    #: Over the models whose two points share a placement; None when none do.
+    geomean_speedup: float | None
     paper_pct: float | None = None
 
 
@@ -120,6 +133,7 @@ def averages(cells: Iterable[SpeedupCell], paper: Paper | None = None,
         if paper is not None and paper_platforms and group.target in paper_platforms:
             paper_pct = paper.expected_pct(group.dataset, paper_platforms[group.target],
                                            group.tuned, compression)
+        speedups = [c.speedup for c in members if c.speedup is not None]
         out.append(SpeedupAverage(group, compression, len(members), mean(pcts),
-                                  geomean(c.speedup for c in members), paper_pct))
+                                  geomean(speedups) if speedups else None, paper_pct))
     return out

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dlas.report.comparisons import faster
+from dlas.report.comparisons import faster, speedup_interval
 from dlas.report.data import NCHW, ReportPoint, algorithm_family, layout_order
 from dlas.report.paper import Paper, PaperSpeedRow
 
@@ -300,12 +300,15 @@ class LayoutRow:
 
     @property
     def speedup_over_nchw(self) -> float | None:
-        """NCHW time / the fastest layout's (1.0 when NCHW is the fastest); None without an
-        NCHW point."""
+        """NCHW time / the fastest layout's in one vCPU placement (1.0 when NCHW is the
+        fastest); None without an NCHW point, or without a placement in common."""
         nchw, best = self.nchw, self.fastest
         if nchw is None or not nchw.latency_ms or not best.latency_ms:
             return None
-        return nchw.latency_ms / best.latency_ms
+        if best is nchw:
+            return 1.0
+        stat = speedup_interval(nchw, best)
+        return stat.value if stat.comparable else None
 
     def decided(self) -> bool | None:
         """Whether the fastest layout is decidedly faster than NCHW (the report's one
@@ -443,11 +446,13 @@ class BaselineRow:
     baselines: dict[str, ReportPoint]
 
     def ratio(self, runtime: str) -> float | None:
-        """TVM time / baseline time: above 1 the TVM variant is slower."""
+        """TVM time / baseline time in one vCPU placement: above 1 the TVM variant is
+        slower; None without the baseline, or without a placement in common."""
         base = self.baselines.get(runtime)
         if base is None or not base.latency_ms or self.variant.latency_ms is None:
             return None
-        return self.variant.latency_ms / base.latency_ms
+        stat = speedup_interval(self.variant, base)
+        return stat.value if stat.comparable else None
 
 
 @dataclass

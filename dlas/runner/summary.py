@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dlas.results import placed
 from dlas.runner.fit import Column, fit
 from dlas.runner.labels import legend_lines, short_labels, split_label
 
@@ -65,21 +66,30 @@ class ModelRows:
 
     @property
     def fastest(self) -> ResultRow | None:
-        """The ok TVM row with the smallest median."""
-        return min(self.tvm(), key=lambda r: r.latency_median_ms or 0.0, default=None)
+        """The ok TVM row with the smallest median among the rows timed in one placement
+        (`dlas.results.placed.fastest`)."""
+        found = placed.fastest(self.tvm())
+        return found[0] if found else None
+
+    @property
+    def fastest_ms(self) -> float | None:
+        """The fastest row's median in the placement it was ranked in."""
+        found = placed.fastest(self.tvm())
+        return found[1].median_ms if found else None
 
     @property
     def ort(self) -> ResultRow | None:
         return next((r for r in self.rows if runtime(r) == ORT and _ms(r) is not None), None)
 
-    def tuned(self) -> tuple[ResultRow, float] | None:
-        """The tuned row that gained most over the same algorithm untuned, and that
-        speedup (untuned median / tuned median)."""
+    def tuned(self) -> tuple[ResultRow, placed.Relation] | None:
+        """The tuned row that gained most over the same algorithm untuned, and how it
+        compares with it (the ratio is untuned median / tuned median, in one placement);
+        a pair without a shared placement only when no other is comparable."""
         untuned = {r.algorithm: r for r in self.tvm() if not is_tuned(r)}
-        gains = [(r, (untuned[r.algorithm].latency_median_ms or 0.0) / (r.latency_median_ms
-                                                                         or 1.0))
+        gains = [(r, placed.relate(r, untuned[r.algorithm]))
                  for r in self.tvm() if is_tuned(r) and r.algorithm in untuned]
-        return max(gains, key=lambda g: g[1], default=None)
+        return max(gains, key=lambda g: (g[1].ratio is not None, g[1].ratio or 0.0),
+                   default=None)
 
     def accuracy(self) -> tuple[float | None, float | None]:
         """(accuracy, dense accuracy) of the group: the fastest row's, else any row's."""
@@ -138,12 +148,19 @@ def ms_text(value: float | None) -> str:
     return f"{value:.3f}" if value < 10 else f"{value:.2f}" if value < 100 else f"{value:.1f}"
 
 
-def _versus(tvm: float | None, ort: float | None) -> str:
-    """'1.30x faster' or '2.10x slower': the fastest TVM variant against ONNX Runtime."""
+def _versus(tvm: ResultRow | None, ort: ResultRow | None) -> str:
+    """'1.30x faster', '2.10x slower', 'tie (1.04x)' or 'not comparable': the fastest TVM
+    variant against ONNX Runtime, both in one placement (`dlas.results.placed.relate`)."""
     if tvm is None or ort is None:
         return "-"
-    ratio = tvm / ort
-    return f"{1 / ratio:.2f}x faster" if ratio < 1 else f"{ratio:.2f}x slower"
+    return placed.relate(tvm, ort).text()
+
+
+def _gain(label: str, relation: placed.Relation) -> str:
+    """'spatial 1.25x', 'spatial tie (1.02x)' or 'spatial not comparable'."""
+    if relation.verdict in ("a_faster", "b_faster") and relation.ratio is not None:
+        return f"{label} {relation.ratio:.2f}x"
+    return f"{label} {relation.text()}"
 
 
 def _not_ok(group: ModelRows) -> str:
@@ -206,9 +223,10 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
             "model": short("model", "model", g.model),
             "compression": short("compression", "compression", g.compression),
             "target": short("target", "target", g.target),
-            "fastest": fastest, "ms": ms_text(_ms(best)), "ort": _versus(_ms(best), _ms(ort)),
+            "fastest": fastest, "ms": ms_text(g.fastest_ms),
+            "ort": _versus(best, ort),
             "tuned": ("-" if tuned is None else
-                      f"{short('tuned', 'algorithm', tuned[0].algorithm)} {tuned[1]:.2f}x"),
+                      _gain(short('tuned', 'algorithm', tuned[0].algorithm), tuned[1])),
             "accuracy": _num(acc),
             "dense": ("" if split_label(g.compression or "none")[0] == "none"
                       else _num(dense)),
@@ -229,6 +247,9 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
                         "same model and compression")
         if "tuned" in keys:
             said.append("tuned: the speedup tuning gave an algorithm")
+        if keys & {"ort", "tuned"}:
+            said.append("both timed in one vCPU placement; tie: their 95% intervals "
+                        "overlap; not comparable: no placement in common")
         if "dense" in keys:
             said.append("dense: accuracy before compression")
         out += textwrap.wrap("; ".join(said), width=width, break_on_hyphens=False)

@@ -149,8 +149,8 @@ def _less_of_expected(pairs: _WP_CP_PAIRS) -> Part:
     return generally(name, [_less_expected(w, c) for _, w, c in known],
                      "weight pruning decidedly reaches less of its expected speedup than "
                      "channel pruning", lines=[
-        f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup:.2f}x, "
-        f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup:.2f}x, "
+        f"{label}: WP {w.ratio or 0:.1f}x ideal, {w.speedup_text}, "
+        f"{w.pct_expected or 0:.1f}% | CP {c.ratio or 0:.1f}x ideal, {c.speedup_text}, "
         f"{c.pct_expected or 0:.1f}%" for label, w, c in known])
 
 
@@ -189,7 +189,7 @@ def pruning_rarely_reaches_expected_speedup(a: Analysis) -> list[Part]:
         f"pruned models achieve {pct.text('.1f', '%')} of their expected speedup on average "
         f"over {len(cells)} cases (rule: < {RARELY_PCT:.0f}%, a tie when the interval "
         f"spans it); {reached} reach 100%",
-        *(f"{c.group.label} {c.model_label} {short(c.compression)}: {c.speedup:.2f}x of "
+        *(f"{c.group.label} {c.model_label} {short(c.compression)}: {c.speedup_text} of "
           f"{c.ratio:.1f}x ideal = {p.text('.1f', '%')}" for c, p in zip(cells, pcts,
                                                                           strict=True))],
         [dense_vs_compressed(c) for c in cells])]
