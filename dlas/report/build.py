@@ -30,6 +30,7 @@ from dlas.report.render import (
     to_markdown,
 )
 from dlas.report.reproducibility import reproducibility_section
+from dlas.report.same_work import same_work_section
 from dlas.report.speedup import averages, speedup_cells
 from dlas.report.tables import (
     LayoutRow,
@@ -534,6 +535,7 @@ def build_report(db_path: Path, out_dir: Path, *, sweeps: list[str] | None = Non
     _observations_section(doc, points, paper,
                           {item.point.key: item for item in profiles.points})
     reproducibility_section(doc, points)
+    same_work_section(doc, points)
     _environment_section(doc, points)
     _verification_section(doc, points)
     md, page = out_dir / "report.md", out_dir / "report.html"

@@ -238,6 +238,8 @@ class ReportPoint:
     #: The layout as the sweep config names it (`requested_layout`): what matches one
     #: point across platforms, where NCHWc resolves to different block widths.
     layout_choice: str = NCHW
+    #: Numeric format of the convolutions (float32, float16, int8); None for old rows.
+    precision: str | None = None
 
     @property
     def runtime(self) -> str:
@@ -373,6 +375,7 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> ReportPoin
         runs=tuple(runs),
         layout=layout_of(row),
         layout_choice=requested_layout(row),
+        precision=row.precision,
     )
 
 

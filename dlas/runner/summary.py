@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dlas.results import placed
+from dlas.results import placed, same_work
 from dlas.runner.fit import Column, fit
 from dlas.runner.labels import legend_lines, short_labels, split_label
 
@@ -255,6 +255,7 @@ def study_lines(rows: Sequence[ResultRow], *, title: str = "results of this swee
         out += textwrap.wrap("; ".join(said), width=width, break_on_hyphens=False)
         out += legend_lines({full: s for key in keys for full, s in used.get(key, {}).items()},
                             width)
+    out += same_work.lines(same_work.pairs(rows), width)
     if counts.noisy:
         busy = f", {counts.busy} timed on a busy machine" if counts.busy else ""
         out += textwrap.wrap(
