@@ -11,9 +11,17 @@ slow spells (inference above 1.15x its lower quartile) and outside them, for sev
 factors, and the correlation of the two.
 
     python benchmarks/contention.py [--seconds 180] [--onnx MODEL.onnx]
+    python benchmarks/contention.py --from-db WORKSPACE/results.db [--source remeasure]
 
 Without --onnx it exports a small MobileNetV2-like network (depthwise and pointwise convs,
 about 2 MB of weights) with PyTorch.
+
+`--from-db` replays the rules on the chunks a workspace's timing runs stored (each chunk's
+cache readings and samples): per rule, the share of chunks it leaves out, how much slower
+they ran than the variant's other chunks in the same placement (median ratio), and how many
+of the left-out and of the kept ones ran 10% or more slower. A rule worth its cost leaves
+out few chunks that ran much slower; one that leaves out many that ran as fast throws away
+rounds (and makes rows noisy) for nothing.
 """
 
 from __future__ import annotations
@@ -43,12 +51,91 @@ def small_model(path: Path) -> None:
     torch.onnx.export(net, (torch.randn(1, 3, 32, 32),), str(path), dynamo=False)
 
 
+def stored_chunks(db: Path, source: str) -> list[dict]:
+    """Every stored chunk with cache readings: its run, point, placement state (from its
+    round trips), readings before it per CPU and median sample."""
+    import json
+    import sqlite3
+
+    from dlas.measure.placement import classify
+
+    out = []
+    with sqlite3.connect(db) as con:
+        query = "select run_id, point_key, record from timing_runs where source like ?"
+        for run_id, key, record in con.execute(query, (source,)):
+            for rd in json.loads(record)["rounds"]:
+                trips = [x for x in rd.get("round_trip_ns", []) if x is not None]
+                before = (rd.get("cache_ns") or [[]])[0]
+                if not rd["samples_ms"] or not before or None in before or not trips:
+                    continue
+                out.append({"run": run_id, "key": key, "state": classify(max(trips)),
+                            "before": before, "ms": float(np.median(rd["samples_ms"]))})
+    return out
+
+
+def replay(db: Path, source: str) -> None:
+    from dlas.measure.contention import CONTENTION_FACTOR, contention_limit
+
+    chunks = stored_chunks(db, source)
+    runs: dict[str, list[dict]] = {}
+    for c in chunks:
+        runs.setdefault(c["run"], []).append(c)
+    usual, limit = {}, {}
+    for run, members in runs.items():
+        readings = np.array([c["before"] for c in members])
+        usual[run] = np.percentile(readings, 10, axis=0)
+        limit[run] = [contention_limit(float(u), readings[:, i])
+                      for i, u in enumerate(usual[run])]
+    spread = [float(np.max(np.median(np.array([c["before"] for c in m]), axis=0) / usual[r]))
+              for r, m in runs.items()]
+    print(f"{db}: {len(chunks)} chunks in {len(runs)} timing runs ({source}); cache readings' "
+          f"median over their 10th percentile: {np.median(spread):.3f} (worst run "
+          f"{max(spread):.3f})")
+    rules = {f"{CONTENTION_FACTOR:.1f} x usual (before)":
+             lambda c: any(v > CONTENTION_FACTOR * u
+                           for v, u in zip(c["before"], usual[c["run"]], strict=True)),
+             "dlas: max(that, median + 4 sigma)":
+             lambda c: any(v > lim
+                           for v, lim in zip(c["before"], limit[c["run"]], strict=True)),
+             "none": lambda c: False}
+    groups: dict[tuple, list[dict]] = {}
+    for c in chunks:
+        groups.setdefault((c["run"], c["key"], c["state"]), []).append(c)
+    for name, rule in rules.items():
+        dropped, kept = [], []
+        for members in groups.values():
+            if len(members) < 3:
+                continue
+            base = float(np.median([c["ms"] for c in members]))
+            for c in members:
+                (dropped if rule(c) else kept).append(c["ms"] / base)
+        d, k = np.array(dropped), np.array(kept)
+        n = len(d) + len(k)
+
+        def med(a: np.ndarray) -> str:
+            return f"{np.median(a):.3f}" if len(a) else "-"
+
+        def slow(a: np.ndarray) -> str:
+            return f"{(a > 1.10).mean():.0%}" if len(a) else "-"
+
+        print(f"  {name:<36} leaves out {len(d)}/{n} ({len(d) / max(n, 1):.0%}); "
+              f"median time left out {med(d)}, kept {med(k)}; 10% slower: left out "
+              f"{slow(d)}, kept {slow(k)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=180.0)
     parser.add_argument("--onnx", type=Path, default=None)
+    parser.add_argument("--from-db", type=Path, default=None,
+                        help="replay the rules on a workspace's stored timing runs")
+    parser.add_argument("--source", default="%",
+                        help="with --from-db: sweep, remeasure, or %% for both")
     args = parser.parse_args()
+    if args.from_db:
+        replay(args.from_db, args.source)
+        return
 
     import onnxruntime as ort
 

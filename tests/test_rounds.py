@@ -10,9 +10,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pytest
 
-from dlas.measure.contention import CONTENTION_FACTOR
+from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge, contention_limit
 from dlas.measure.load import CpuLoadProbe, LoadReading
 from dlas.measure.placement import (
     CONTENDED,
@@ -225,14 +226,15 @@ def contended_probe(clock: FakeClock, busy: Callable[[float], bool],
 
 
 def test_chunks_taken_while_a_core_is_contended_are_left_out_and_taken_again() -> None:
-    """Contention from the 10th to the 30th ms of fake time: the chunks around it are
-    labelled contended, kept with their cache readings but not usable, and the run goes
-    on until every subject has min_rounds clean near chunks."""
+    """Contention from the 10th to the 16th ms of fake time (a minority of the chunks: a
+    host contended in most of them has that as its normal, `contention_limit`): the
+    chunks around it are labelled contended, kept with their cache readings but not
+    usable, and the run goes on until every subject has min_rounds clean near chunks."""
     clock = FakeClock()
     policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
                           settle_s=0.0)
     s, _, _ = sampler(["a", "b"], policy, clock=clock,
-                      placement=contended_probe(clock, lambda t: 0.010 <= t < 0.030))
+                      placement=contended_probe(clock, lambda t: 0.010 <= t < 0.016))
     out = s.run()
     assert out.placement == NEAR
     for run in out.runs.values():
@@ -246,6 +248,28 @@ def test_chunks_taken_while_a_core_is_contended_are_left_out_and_taken_again() -
     assert any(e["event"] == "contended" for e in next(iter(out.runs.values())).events)
 
 
+def test_the_contention_limit_is_the_factor_on_a_tight_host_and_the_spread_on_a_wide_one(
+        ) -> None:
+    """Zen 5's idle readings sit near their floor: the limit is 1.3x the usual reading.
+    A host whose idle readings spread wider (the Cascade Lake hour that dropped 73% of
+    the chunks at 1.3x): the median plus 4 robust sigmas, which leaves the spread in and
+    still catches a reading far beyond it."""
+    rng = np.random.default_rng(0)
+    tight = 9.0 * (1 + 0.02 * rng.random(200))
+    assert contention_limit(float(np.percentile(tight, 10)), tight) == pytest.approx(
+        CONTENTION_FACTOR * np.percentile(tight, 10))
+    wide = 9.0 * (1 + 1.0 * rng.random(200))  # floor 9, median about 1.35x its p10
+    usual = float(np.percentile(wide, 10))
+    limit = contention_limit(usual, wide)
+    assert limit > CONTENTION_FACTOR * usual
+    assert np.mean(wide > CONTENTION_FACTOR * usual) > 0.5 and np.mean(wide > limit) == 0
+    judge = ContentionJudge()
+    for value in wide:
+        judge.note([[9.0, float(value)]])
+    assert judge.contended([[9.0, 9.0 * 3.5]], judge.limits())
+    assert not judge.contended([[9.0, float(np.median(wide))]], judge.limits())
+
+
 def test_contention_is_judged_against_the_whole_runs_usual_reading() -> None:
     """A run that starts inside a contention spell: its first chunks look usual against
     the few readings seen so far, and are relabelled once the run has seen the CPU's
@@ -254,7 +278,7 @@ def test_contention_is_judged_against_the_whole_runs_usual_reading() -> None:
     policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
                           settle_s=0.0)
     s, _, _ = sampler(["a", "b"], policy, clock=clock,
-                      placement=contended_probe(clock, lambda t: t < 0.012))
+                      placement=contended_probe(clock, lambda t: t < 0.005))
     out = s.run()
     for run in out.runs.values():
         assert run.rounds[0].placement == CONTENDED

@@ -353,10 +353,14 @@ class RoundSampler:
             self.events.append({"event": "contended", "chunks": contended,
                                 "of": chunks, "usual_cache_ns": {
                                     str(cpu): round(v, 3)
-                                    for cpu, v in self.contention.usual().items()}})
+                                    for cpu, v in self.contention.usual().items()},
+                                "limit_cache_ns": {
+                                    str(cpu): round(v, 3)
+                                    for cpu, v in self.contention.limits().items()}})
         if chunks and contended > chunks // 4:
             notes.append(f"{contended} of {chunks} chunks were taken while something else "
-                         "used a measurement CPU's core caches (cache reading up by "
-                         f"{CONTENTION_FACTOR - 1:.0%} or more); they are left out")
+                         "used a measurement CPU's core caches (cache reading above "
+                         f"{CONTENTION_FACTOR:.1f}x its usual and beyond this run's own "
+                         "spread); they are left out")
         runs = self._runs(kept, placement, run_id, started_at, self.clock() - started)
         return RoundsResult(runs, placement, notes)
