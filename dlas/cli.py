@@ -478,12 +478,32 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return INTERRUPTED if result.run.interrupted else 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """Copy the quickstart's config where the user wants to edit it: an installed wheel
+    has no configs/ folder to start from."""
+    from dlas.resources import starter_config
+
+    target = Path(args.path)
+    if target.is_dir():
+        target = target / starter_config().name
+    if target.exists() and not args.force:
+        raise UsageError(f"{target} exists; give another path, or --force to replace it")
+    if not target.parent.is_dir():
+        raise UsageError(f"{target.parent} is not a folder; create it first, or give "
+                         "another path")
+    target.write_text(starter_config().read_text())
+    console.print(f"wrote {target} (the quickstart's sweep: two models, dense and pruned, "
+                  "every algorithm, both baselines); edit it, then: dlas run "
+                  f"{target}", markup=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `dlas` parser: each command's arguments (`dlas.cli_args.COMMANDS`) and the
     function that runs it."""
     parser = argparse.ArgumentParser(prog="dlas", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    handlers = {"plugins": cmd_plugins, "plan": cmd_plan, "run": cmd_run,
+    handlers = {"init": cmd_init, "plugins": cmd_plugins, "plan": cmd_plan, "run": cmd_run,
                 "profile": cmd_profile, "predict": cmd_predict, "results": cmd_results,
                 "report": cmd_report, "reproduce": cmd_reproduce}
     for name, help_text, add_args in COMMANDS:

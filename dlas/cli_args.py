@@ -167,9 +167,17 @@ def reproduce_args(p: argparse.ArgumentParser) -> None:
     executor_args(p)
 
 
+def init_args(p: argparse.ArgumentParser) -> None:
+    """`dlas init`'s arguments."""
+    p.add_argument("path", nargs="?", default="quickstart.yaml",
+                   help="where to write the starter sweep config (default ./quickstart.yaml)")
+    p.add_argument("--force", action="store_true", help="replace an existing file")
+
+
 #: Every command: its name, its one-line help and the function that adds its arguments,
 #: in the order `dlas --help` lists them.
 COMMANDS: list[tuple[str, str, Callable[[argparse.ArgumentParser], None]]] = [
+    ("init", "write a starter sweep config (the quickstart's) to edit and run", init_args),
     ("plugins", "list every option on each layer", plugins_args),
     ("plan", "print a sweep's grid (a summary above 200 points) and what is already cached",
      plan_args),

@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlas.resources import data_dir
+
 PAPER_FILE = "paper.yaml"
 
 
 def experiments_dir() -> Path:
-    """`$DLAS_EXPERIMENTS_DIR`, else the repository's `experiments/`."""
+    """`$DLAS_EXPERIMENTS_DIR`, else the installed package's copy of `experiments/`, else
+    the checkout's (`dlas.resources.data_dir`)."""
     env = os.environ.get("DLAS_EXPERIMENTS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "experiments"
+    return Path(env) if env else data_dir("experiments")
 
 
 @dataclass(frozen=True)
