@@ -23,6 +23,7 @@ from dlas.runner.console import (
     print_results,
     results_table,
 )
+from dlas.runner.eta import RunningEstimate
 from dlas.runner.refused import ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
@@ -229,10 +230,11 @@ def _scale_from_env(name: str, measure: Callable[[], float]) -> float:
     return scale
 
 
-def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - lazy types
+def _print_run_estimate(config, workspace) -> RunningEstimate | None:  # noqa: ANN001
     """One line before a run: how long it should take here (`dlas plan --estimate` has
-    the breakdown); the estimate (s), which each point's line then measures progress
-    against. Never stops a run: an estimate that fails is left out."""
+    the breakdown); the estimate per stage, which each point's line then measures
+    progress against, corrected as stages finish (`dlas.runner.eta`). Never stops a run:
+    an estimate that fails is left out."""
     try:
         from dlas.estimate import estimate_sweep
         from dlas.estimate.render import duration
@@ -246,7 +248,11 @@ def _print_run_estimate(config, workspace) -> float | None:  # noqa: ANN001 - la
     console.print(f"estimated {duration(est.total_s)} on this machine ({len(est.tasks)} "
                   "stages to compute; dlas plan --estimate for the breakdown)",
                   markup=False)
-    return float(est.total_s)
+    from dlas.stages import TIMED_STAGES
+
+    return RunningEstimate.of(float(est.total_s), [(t.stage, t.key, t.seconds)
+                                                   for t in est.tasks],
+                              set(TIMED_STAGES), config.budgets.timing_passes)
 
 
 def _executor(args: argparse.Namespace, workspace: Any) -> SweepExecutor:
@@ -269,7 +275,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     runner = _executor(args, workspace)
     runner.console.config_path = args.config  # the summary names the commands in full
     runner.console.findings = _observations_decided(runner.workspace.db_path, config.name)
-    runner.console.estimated_s = _print_run_estimate(config, runner.workspace)
+    eta = _print_run_estimate(config, runner.workspace)
+    runner.console.eta = eta
+    runner.console.estimated_s = eta.total_s if eta is not None else None
     if args.remeasure and args.remeasure_noisy:
         raise UsageError("--remeasure times every point again; --remeasure-noisy only the "
                          "noisy ones: give one of them")

@@ -385,3 +385,31 @@ def test_interval_notes_are_wrapped_to_the_terminal_not_left_to_it() -> None:
         lines = interval_notes(rows, {"next_run_ms", "latency_ci_ms"}, width)
         assert len(lines) > 3 and all(len(line) <= width for line in lines)
         assert lines[0].startswith("95% CI:") and any(x.startswith("far:") for x in lines)
+
+
+def test_the_estimate_corrects_itself_as_stages_finish() -> None:
+    """Planned 100 s over two compiles (40 s each) and a measure timed in 2 passes (20 s):
+    a run whose first compile took 80 s projects the rest at twice the plan's pace; the
+    line says so beside the first estimate, and the projection ends at the time spent."""
+    from dlas.runner.eta import RunningEstimate
+
+    eta = RunningEstimate.of(100.0, [("compile", "a", 40.0), ("compile", "b", 40.0),
+                                     ("measure", "m", 20.0)], {"measure"}, passes=2)
+    assert eta.projected_s(10.0) == 100.0  # nothing done: the plan
+    eta.finished("compile", "a")
+    assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 2.0)
+    eta.finished("compile", "a")  # a key reported again counts once
+    eta.finished("train", "x")  # not planned (cached when planned): ignored
+    assert eta.done_s == 40.0
+    eta.finished("compile", "b")
+    eta.finished("measure", "m")
+    assert eta.done_s == 90.0  # one pass of two
+    eta.finished("measure", "m")
+    assert eta.projected_s(200.0) == 200.0
+    console = RunConsole(progress=False, console=Console(width=120, record=True))
+    console.started = time.monotonic() - 80
+    console.estimated_s = 100.0
+    console.eta = RunningEstimate.of(100.0, [("compile", "a", 40.0), ("compile", "b", 40.0),
+                                             ("measure", "m", 20.0)], {"measure"}, passes=2)
+    console.stage("compile", "done", "a", 80.0)
+    assert "(1m20s of ~3m20s, at this run's pace; ~1m40s estimated)" in console.elapsed()

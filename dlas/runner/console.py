@@ -21,6 +21,7 @@ from rich.text import Text
 from dlas.compiler.fallbacks import by_reason as fallback_reasons
 from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.placement import FAR
+from dlas.runner.eta import RunningEstimate
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
 from dlas.runner.labels import legend_lines, short_labels, wrap
 from dlas.runner.summary import ms_text
@@ -180,6 +181,8 @@ class RunConsole:
         #: The run's estimate (`dlas plan --estimate`, s) and its start: each point's line
         #: says how far along the run is against it.
         self.estimated_s: float | None = None
+        #: The same estimate per stage, corrected as stages finish (`dlas.runner.eta`).
+        self.eta: RunningEstimate | None = None
         self.started: float | None = None
         #: Lines the summary adds after the study table, given its width: the CLI gives
         #: the observations the sweep decided (the report sits above the runner).
@@ -206,6 +209,11 @@ class RunConsole:
         spent = time.monotonic() - self.started
         if not self.estimated_s:
             return f"  [dim]({clock(spent)})[/]"
+        if self.eta is not None and self.eta.done_s > 0:
+            projected = self.eta.projected_s(spent)
+            if abs(projected - self.estimated_s) > 0.05 * self.estimated_s:
+                return (f"  [dim]({clock(spent)} of ~{clock(projected)}, at this run's pace; "
+                        f"~{clock(self.estimated_s)} estimated)[/]")
         if spent > self.estimated_s:
             return f"  [dim]({clock(spent)}, over the ~{clock(self.estimated_s)} estimate)[/]"
         return f"  [dim]({clock(spent)} of ~{clock(self.estimated_s)} estimated)[/]"
@@ -217,6 +225,8 @@ class RunConsole:
                        "re-run with --retry-failed to try again")
 
     def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
+        if self.eta is not None and state in ("done", "ahead", "shared"):
+            self.eta.finished(name, key)
         if state == "running":
             self.out.print(f"    {name:<9} computing ... (key {key[:10]})")
         elif state == "done":
