@@ -138,3 +138,21 @@ def test_the_reports_speedup_is_read_in_one_placement() -> None:
     (cell,) = speedup_cells([only_far, lone])
     assert cell.speedup is None and cell.pct_expected is None
     assert cell.speedup_text == "not comparable"
+
+
+def test_the_reports_fastest_choice_is_ranked_in_one_placement() -> None:
+    """direct: near 10 (its headline), far 16; gemm: near 12, far 9 (its headline). The
+    headlines call gemm fastest (9 < 10), across placements; both have near rounds, the
+    preferred placement, where direct is."""
+    from dlas.report.comparisons import ranked
+    from dlas.report.tables import _fastest, fastest_layout
+
+    direct = _timed_point({"near": 10.0, "far": 16.0}, "a")
+    gemm = _timed_point({"far": 9.0, "near": 12.0}, "b", algorithm="gemm")
+    assert gemm.latency_ms == 9.0 and direct.latency_ms == 10.0
+    assert _fastest([gemm, direct]) is direct
+    assert dict((p.algorithm, round(v, 1)) for p, v in ranked([direct, gemm])) == \
+        {"direct": 10.0, "gemm": 12.0}
+    assert fastest_layout({"NCHW": gemm, "NCHW16c": direct}) is direct
+    lone = _timed_point({"erratic": 1.0}, "c", algorithm="spatial_pack")
+    assert _fastest([direct, gemm, lone]) is direct  # not comparable: not ranked

@@ -70,6 +70,46 @@ def common_placement(pa: list[str], pb: list[str]) -> tuple[str, str] | None:
     return (common[0], common[0]) if common else None
 
 
+_latency_cache: dict[tuple[str, float, str], float | None] = {}
+
+
+def latency_in(p: ReportPoint, placement: str) -> float | None:
+    """`p`'s median over its undisturbed rounds in `placement` (its single-CPU rounds,
+    which compare with any); None where it has none."""
+    key = (p.key, p.updated_at, placement)
+    if key not in _latency_cache:
+        _latency_cache[key] = _latency_in(p, placement)
+    return _latency_cache[key]
+
+
+def _latency_in(p: ReportPoint, placement: str) -> float | None:
+    for state in (placement, SINGLE):
+        samples = [s for group in _groups(p, state).values() for s in group]
+        if samples:
+            samples.sort()
+            n = len(samples)
+            return samples[n // 2] if n % 2 else 0.5 * (samples[n // 2 - 1] + samples[n // 2])
+    return None
+
+
+def ranked(points: Iterable[ReportPoint]) -> list[tuple[ReportPoint, float]]:
+    """`points` that can be ranked against each other, each with the median it is ranked
+    by: with timing histories, their medians in the preferred placement the most of them
+    have rounds in (a point timed only elsewhere cannot be ranked against them and is left
+    out); without (older rows), their headline medians."""
+    points = [p for p in points if p.latency_ms is not None]
+    if not any(p.runs for p in points):
+        return [(p, p.latency_ms) for p in points if p.latency_ms is not None]
+    counts = {s: sum(1 for p in points if latency_in(p, s) is not None) for s in PREFERENCE}
+    best = max(PREFERENCE, key=lambda s: (counts[s], -PREFERENCE.index(s)))
+    out = []
+    for p in points:
+        value = latency_in(p, best) if p.runs else p.latency_ms
+        if value is not None:
+            out.append((p, value))
+    return out
+
+
 _cache: dict[tuple[str, float, str, float], Comparison] = {}
 
 

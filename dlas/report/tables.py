@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from dlas.report.comparisons import faster, speedup_interval
+from dlas.report.comparisons import faster, ranked, speedup_interval
 from dlas.report.data import NCHW, ReportPoint, algorithm_family, layout_order
 from dlas.report.paper import Paper, PaperSpeedRow
 
@@ -105,9 +105,11 @@ def layout_cells(points: Iterable[ReportPoint]) -> dict[Group, dict[str, LayoutC
 
 
 def fastest_layout(layouts: dict[str, ReportPoint]) -> ReportPoint:
-    """An algorithm's fastest layout; of equal medians, NCHW (the paper's), then by name."""
-    return min(layouts.values(),
-               key=lambda p: (p.latency_ms, p.layout != NCHW, p.layout))
+    """An algorithm's fastest layout, ranked in one vCPU placement (`ranked`); of equal
+    medians, NCHW (the paper's), then by name."""
+    candidates = ranked(layouts.values()) or [(p, p.latency_ms or 0.0)
+                                              for p in layouts.values()]
+    return min(candidates, key=lambda pv: (pv[1], pv[0].layout != NCHW, pv[0].layout))[0]
 
 
 def best_layouts(cells: LayoutCells) -> Cells:
@@ -129,8 +131,10 @@ def speed_cells(points: Iterable[ReportPoint]) -> dict[Group, dict[str, Cells]]:
 
 
 def _fastest(candidates: Iterable[ReportPoint]) -> ReportPoint | None:
-    return min(candidates, key=lambda p: (p.latency_ms, p.compression, p.algorithm),
-               default=None)
+    """The fastest of `candidates`, ranked in one vCPU placement (`ranked`)."""
+    found = min(ranked(candidates), key=lambda pv: (pv[1], pv[0].compression,
+                                                    pv[0].algorithm), default=None)
+    return found[0] if found else None
 
 
 def fastest_algorithm(cells: Cells, compression: str) -> ReportPoint | None:
