@@ -156,3 +156,12 @@ def test_the_reports_fastest_choice_is_ranked_in_one_placement() -> None:
     assert fastest_layout({"NCHW": gemm, "NCHW16c": direct}) is direct
     lone = _timed_point({"erratic": 1.0}, "c", algorithm="spatial_pack")
     assert _fastest([direct, gemm, lone]) is direct  # not comparable: not ranked
+
+
+def test_points_with_no_undisturbed_round_rank_by_their_headlines() -> None:
+    """Every round mixed (no placement to rank in): the headlines, as before, not none."""
+    from dlas.report.tables import _fastest
+
+    a = _timed_point({"mixed": 2.0}, "m1")
+    b = _timed_point({"mixed": 3.0}, "m2", algorithm="gemm")
+    assert _fastest([b, a]) is a
