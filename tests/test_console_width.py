@@ -413,3 +413,24 @@ def test_the_estimate_corrects_itself_as_stages_finish() -> None:
                                              ("measure", "m", 20.0)], {"measure"}, passes=2)
     console.stage("compile", "done", "a", 80.0)
     assert "(1m20s of ~3m20s, at this run's pace; ~1m40s estimated)" in console.elapsed()
+
+
+def test_timed_stages_count_at_each_passs_point_end() -> None:
+    """Later timing passes time points in group workers, not as stages: a timed stage is
+    counted when its point ends, once per pass, so the projection ends at the time spent."""
+    from dlas.runner.eta import TIMED, RunningEstimate
+    from dlas.stages import TIMED_STAGES
+
+    assert TIMED == TIMED_STAGES
+    console = RunConsole(progress=False, console=Console(width=120, record=True))
+    console.eta = RunningEstimate.of(30.0, [("compile", "c", 10.0), ("measure", "m", 20.0)],
+                                     set(TIMED), passes=2)
+    console.stage("measure", "done", "m", 5.0)  # not counted here
+    assert console.eta.done_s == 0.0
+    row = _row(1, "direct", timing_key="m", max_abs_diff=1e-6)
+    console.point_end(row)
+    assert console.eta.done_s == 10.0
+    console.point_end(row)
+    console.point_end(row)  # a third report: still two passes
+    console.stage("compile", "done", "c", 9.0)
+    assert console.eta.done_s == 30.0 and console.eta.projected_s(42.0) == 42.0

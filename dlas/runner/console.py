@@ -21,7 +21,7 @@ from rich.text import Text
 from dlas.compiler.fallbacks import by_reason as fallback_reasons
 from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.placement import FAR
-from dlas.runner.eta import RunningEstimate
+from dlas.runner.eta import TIMED, RunningEstimate
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
 from dlas.runner.labels import legend_lines, short_labels, wrap
 from dlas.runner.summary import ms_text
@@ -225,7 +225,8 @@ class RunConsole:
                        "re-run with --retry-failed to try again")
 
     def stage(self, name: str, state: str, key: str, seconds: float | None = None) -> None:
-        if self.eta is not None and state in ("done", "ahead", "shared"):
+        if self.eta is not None and state in ("done", "ahead", "shared") \
+                and name not in TIMED:  # a timed stage counts at its point's end, each pass
             self.eta.finished(name, key)
         if state == "running":
             self.out.print(f"    {name:<9} computing ... (key {key[:10]})")
@@ -248,6 +249,10 @@ class RunConsole:
                        "discarded and computed again")
 
     def point_end(self, row: ResultRow) -> None:
+        if self.eta is not None and row.timing_key:
+            # every timing pass ends its points here, not through `stage`
+            self.eta.finished("measure" if row.backend in (None, "tvm") else "baseline",
+                              row.timing_key)
         status = row.status
         style = _STATUS_STYLE.get(status, "")
         detail = ""

@@ -10,8 +10,9 @@ from the plan's own pace while less than `TRUST_SHARE` of the plan is done (a fi
 that loads a dataset says little). The projection reaches the time spent when the last
 planned stage finishes.
 
-A timed stage (`measure`, `baseline`) is planned once per timing pass and reported done in
-every pass: each report accounts for one pass's share.
+A timed stage (`measure`, `baseline`) is planned once per timing pass; the console counts
+it when its point ends (a later pass times it in a group worker, not as a stage), each
+pass's end accounting for one pass's share.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from dataclasses import dataclass, field
 
 #: Share of the planned seconds done before the run's own pace replaces the plan's.
 TRUST_SHARE = 0.2
+#: The stages timed in every pass (`dlas.stages.TIMED_STAGES`, kept here so the console
+#: need not import the stages).
+TIMED = frozenset({"measure", "baseline"})
 
 
 @dataclass
