@@ -39,11 +39,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import ReportPoint
 from dlas.results.drift import pair_half_width, prior, widen
 from dlas.results.latency import groups, usable_runs
-from dlas.results.statistics import Comparison, GroupKey, compare
+from dlas.results.statistics import Comparison, GroupKey, compare, pooled
 
 #: Resamples per comparison (the report makes hundreds; 1000 gives a stable 95% interval).
 RESAMPLES = 1000
@@ -84,11 +86,9 @@ def latency_in(p: ReportPoint, placement: str) -> float | None:
 
 def _latency_in(p: ReportPoint, placement: str) -> float | None:
     for state in (placement, SINGLE):
-        samples = [s for group in _groups(p, state).values() for s in group]
+        samples = pooled(_groups(p, state))
         if samples:
-            samples.sort()
-            n = len(samples)
-            return samples[n // 2] if n % 2 else 0.5 * (samples[n // 2 - 1] + samples[n // 2])
+            return float(np.median(samples))
     return None
 
 

@@ -28,13 +28,6 @@ from dlas.report.tables import (
 )
 
 
-def speedup(dense_ms: float, compressed_ms: float) -> float:
-    """How many times faster the compressed model is (below 1: a slowdown)."""
-    if dense_ms <= 0 or compressed_ms <= 0:
-        raise ValueError(f"times must be positive, got {dense_ms} and {compressed_ms}")
-    return dense_ms / compressed_ms
-
-
 def percent_of_expected(achieved: float, ideal: float) -> float:
     """Achieved speedup as a percentage of the ideal one (can exceed 100, as int8 on the
     paper's i7 did: 157%)."""

@@ -62,13 +62,17 @@ def figure_in(row: ResultRow, placement: str | None) -> PlacedFigure | None:
     return figs.get(placement) or figs.get(SINGLE)
 
 
+def _candidates(rows: Sequence[ResultRow]) -> list[str | None]:
+    """The placements to look for, in order: `PREFERENCE`, then any other label the rows
+    carry (none, for rows without a probe)."""
+    seen = (s for r in rows for s in placed_figures(r) if s not in PREFERENCE)
+    return [*PREFERENCE, *dict.fromkeys(seen)]
+
+
 def shared_placement(rows: Sequence[ResultRow]) -> tuple[bool, str | None]:
-    """(found, placement): the preferred placement every row of `rows` has figures in
-    (`PREFERENCE`, then any other label the rows carry, then none for rows without a
-    probe). `found` is False when there is none: the rows cannot be compared."""
-    seen = [s for r in rows for s in placed_figures(r)]
-    candidates = [*PREFERENCE, *dict.fromkeys(s for s in seen if s not in PREFERENCE)]
-    for state in candidates:
+    """(found, placement): the first of `_candidates` every row of `rows` has figures in.
+    `found` is False when there is none: the rows cannot be compared."""
+    for state in _candidates(rows):
         if rows and all(figure_in(r, state) is not None for r in rows):
             return True, state
     return False, None
@@ -120,8 +124,7 @@ def fastest(rows: Sequence[ResultRow]) -> tuple[ResultRow, PlacedFigure] | None:
     timed = [r for r in rows if placed_figures(r)]
     if not timed:
         return None
-    states = [*PREFERENCE, *dict.fromkeys(s for r in timed for s in placed_figures(r)
-                                          if s not in PREFERENCE)]
+    states = _candidates(timed)
     best_state = max(states, key=lambda s: (sum(figure_in(r, s) is not None for r in timed),
                                             -states.index(s)))
     ranked = [(r, f) for r in timed if (f := figure_in(r, best_state)) is not None]
