@@ -398,3 +398,22 @@ def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
     assert "1 ok, 0 failed" in rerun.stdout
     assert "compile   reused from cache" in rerun.stdout
     assert "timing    1 variant(s)" in rerun.stdout
+
+
+def test_init_writes_the_starter_config_and_refuses_to_overwrite(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dlas init` copies the quickstart's config; an existing file (without --force) or a
+    missing folder is a usage error: exit 2, saying what to do."""
+    target = tmp_path / "mine.yaml"
+    assert main(["init", str(target)]) == 0
+    assert target.read_text() == (Path(__file__).parents[1] / "configs" /
+                                  "quickstart.yaml").read_text()
+    assert main(["init", str(tmp_path)]) == 0  # a folder: the starter's own name in it
+    assert (tmp_path / "quickstart.yaml").exists()
+    capsys.readouterr()
+    assert main(["init", str(target)]) == 2
+    assert "exists; give another path, or --force" in capsys.readouterr().out
+    target.write_text("edited")
+    assert main(["init", str(target), "--force"]) == 0 and target.read_text() != "edited"
+    assert main(["init", str(tmp_path / "nowhere" / "x.yaml")]) == 2
+    assert "is not a folder; create it first" in capsys.readouterr().out.replace("\n", " ")
