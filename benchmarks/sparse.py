@@ -141,11 +141,12 @@ def table(all_rows: list[Any]) -> list[dict[str, Any]]:
                                             and r.compression == "none"]
                         if r.tuning == "onnxruntime"), None)
             print(f"\n{target} / {model}: best dense {best.algorithm} "
-                  f"{best.latency_median_ms:.3f} ms ({best.placement}), accuracy "
+                  f"{best.latency_median_ms:.3f} ms [{best.latency_ci_low_ms or 0:.3f}, "
+                  f"{best.latency_ci_high_ms or 0:.3f}] ({best.placement}), accuracy "
                   f"{best.accuracy:.3f}" + (f"; ONNX Runtime {ort.latency_median_ms:.3f} ms "
                                            f"({ort.placement})" if ort else ""))
-            print(f"{'compression':<34} {'variant':<28} {'ms':>8} {'vs dense':>9} "
-                  f"{'% exp.':>7} {'sparsity':>8} {'acc':>6} {'placement':>9}")
+            print(f"{'compression':<34} {'variant':<28} {'ms':>8} {'95% CI':>15} "
+                  f"{'vs dense':>9} {'% exp.':>7} {'sparsity':>8} {'acc':>6} {'placement':>9}")
             for row in sorted((r for r in mine if r.compression != "none"
                                and r.tuning == "none"),
                               key=lambda r: (short_label(r), r.latency_median_ms)):
@@ -154,8 +155,10 @@ def table(all_rows: list[Any]) -> list[dict[str, Any]]:
                 sparsity = row.sparsity or 0.0
                 ideal = 1.0 / (1.0 - sparsity) if sparsity < 1 else None
                 expected = speedup / ideal if speedup and ideal else None
+                lo, hi = row.latency_ci_low_ms, row.latency_ci_high_ms
+                ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "-"
                 print(f"{short_label(row):<34} {row.algorithm[:28]:<28} "
-                      f"{row.latency_median_ms:>8.3f} "
+                      f"{row.latency_median_ms:>8.3f} {ci:>15} "
                       f"{'-' if speedup is None else f'{speedup:.2f}x':>9} "
                       f"{'-' if expected is None else f'{expected:.0%}':>7} "
                       f"{sparsity:>8.3f} {row.accuracy or 0:>6.3f} {row.placement or '-':>9}")
@@ -163,6 +166,7 @@ def table(all_rows: list[Any]) -> list[dict[str, Any]]:
                     "target": target, "model": model, "compression": short_label(row),
                     "level": level_of(row), "sparsity": sparsity,
                     "variant": row.algorithm, "ms": row.latency_median_ms,
+                    "ci_ms": [row.latency_ci_low_ms, row.latency_ci_high_ms],
                     "placement": row.placement, "best_dense": best.algorithm,
                     "best_dense_ms": best.latency_median_ms, "speedup": speedup,
                     "expected_fraction": expected, "accuracy": row.accuracy,
