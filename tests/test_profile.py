@@ -17,6 +17,7 @@ from dlas.profile.kernels import KernelInfo, KernelManifest
 from dlas.results.layer_profile import LayerTime, PointProfile
 from dlas.results.profiles import load_profile, save_profile
 from dlas.tir.conv_spec import ConvSpec
+from tests.timing_bounds import assert_same_work_timing
 
 
 def _spec(cin: int = 4, cout: int = 8, groups: int = 1) -> ConvSpec:
@@ -135,12 +136,18 @@ def test_tvm_profile_of_a_compiled_model_adds_up(tmp_path: Path) -> None:
     assert all(layer.time_us > 0 for layer in profile.layers)
     assert all(layer.alone_us and layer.alone_us > 0 for layer in profile.layers)
     assert profile.replay_ms is not None and profile.outside_us is not None
-    # kernels in sequence add up to their replay (a median of sums against a sum of
-    # medians); the model adds only the VM's own work, measured as outside them
-    print(profile.layers_sum_ms, profile.replay_ms, profile.latency_median_ms,
-          profile.outside_us)
-    assert 0.95 < profile.layers_sum_ms / profile.replay_ms < 1.05
-    assert profile.accounted is not None and 0.85 < profile.accounted < 1.15
+    # the sums are the sums of their parts, exactly ...
+    assert profile.layers_sum_ms == pytest.approx(
+        sum(layer.time_us for layer in profile.layers) / 1e3)
+    assert profile.accounted == pytest.approx(
+        (profile.layers_sum_ms + profile.outside_us / 1e3) / profile.latency_median_ms)
+    # ... and the timings of the same kernels agree in magnitude: kernels in sequence
+    # against their replay (a median of sums against a sum of medians), and layers
+    # plus the VM's own work against the model (tests/timing_bounds.py says why no
+    # closer: this read 1.31 on a Cascade Lake with nothing else running)
+    assert_same_work_timing(profile.layers_sum_ms, profile.replay_ms, "layers / replay")
+    assert_same_work_timing(profile.layers_sum_ms + profile.outside_us / 1e3,
+                            profile.latency_median_ms, "accounted")
     assert abs(sum(layer.share for layer in profile.layers) - 1.0) < 1e-6
 
 
@@ -169,13 +176,10 @@ def test_dlas_profile_profiles_every_measured_point_of_a_plugin_model(
     for point in points:
         assert point["error"] is None and point["latency_median_ms"] > 0
         assert point["layers"], point["algorithm"]
-        # layers plus the time outside them give the latency back, for every runtime. A
-        # ratio of two timings of a model of a few tens of microseconds: on a Xeon Cascade
-        # Lake the kernels replayed from Python read 1.16x the VM's own call, where AMD
-        # hosts read within 1.15. How close the accounting comes is measured by the
-        # profile phase of benchmarks/kernels.py; here, that it is computed and sane.
+        # layers plus the time outside them give the latency back, for every runtime,
+        # in magnitude (tests/timing_bounds.py says why no closer)
         assert point["outside_us"] is not None and point["outside_us"] >= 0
-        assert 0.5 < point["accounted"] < 2.0, (point["algorithm"], point["accounted"])
+        assert_same_work_timing(point["accounted"], 1.0, f"{point['algorithm']} accounted")
         for layer in point["layers"]:
             assert {"time_us", "flops", "bytes", "roof_fraction"} <= set(layer)
         convs = [layer for layer in point["layers"] if layer["op"].endswith("conv2d")]
