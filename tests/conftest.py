@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import pickle
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +22,11 @@ os.environ.setdefault("TVM_NUM_THREADS", "2")
 os.environ.setdefault("DLAS_COMPILE_AHEAD", "0")
 #: The suite's timings widen nothing a user later reads: their own drift record
 #: (`dlas.results.drift_record`), shared by the suite's processes, gone with the run.
-os.environ.setdefault("DLAS_DRIFT_RECORD",
-                      os.path.join(tempfile.mkdtemp(prefix="dlas-drift-"), "drift.sqlite"))
+if "DLAS_DRIFT_RECORD" not in os.environ:
+    _drift_dir = tempfile.mkdtemp(prefix="dlas-drift-")
+    os.environ["DLAS_DRIFT_RECORD"] = os.path.join(_drift_dir, "drift.sqlite")
+    # the process that made it removes it (a CI host kept 89 of them)
+    atexit.register(shutil.rmtree, _drift_dir, True)
 
 TINY_SWEEP = """
 name: {name}

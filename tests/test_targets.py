@@ -300,9 +300,9 @@ def test_cuda_search_samples_its_first_population() -> None:
     task = next(t for t in extract(mod, target) if "add_relu_add" in t.name)
     register_for(target)  # as a session does first: CUDA's tensor-core rules need them
     ctx = ms.TuneContext(mod=task.mod, target=target, space_generator="post-order-apply",
-                         search_strategy=evolutionary_search(16), task_name=task.name,
+                         search_strategy=evolutionary_search(8), task_name=task.name,
                          num_threads=2, rand_state=5)
-    ctx.pre_tuning(max_trials=8, num_trials_per_iter=8, design_spaces=ctx.generate_design_space(),
+    ctx.pre_tuning(max_trials=4, num_trials_per_iter=4, design_spaces=ctx.generate_design_space(),
                    database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
     candidates = ctx.generate_measure_candidates()
-    assert candidates is not None and len(candidates) == 8
+    assert candidates is not None and len(candidates) == 4
