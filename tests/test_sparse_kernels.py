@@ -7,6 +7,8 @@ row blocks). The vector layouts' block-CSR form has its own suite in test_layout
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -20,12 +22,14 @@ from dlas.algorithms.spatial_pack.compute import spatial_pack_csr_plan
 from dlas.algorithms.spmm_kernel import (
     ROW_PTR,
     VALUES,
+    PixelGrid,
     SparseTiling,
     choose_tiling,
     dense_from_rows,
     forced_tiling,
     row_block_of,
     sparse_rows,
+    writes_output,
 )
 from dlas.compiler.build import make_target
 from dlas.targets.host import host_target
@@ -191,3 +195,26 @@ def test_tiling_choices() -> None:
     assert sparse_rows_.chunks == 1 <= dense_rows.chunks
     assert blocked.block == 8 and blocked.vectors * blocked.block <= 16
     assert blocked.rows % 8 == 0 and spec.out_channels // blocked.rows >= 2
+
+
+def test_tiles_are_stored_in_the_output_only_where_the_grid_is_the_output() -> None:
+    """GEMM's and spatial pack's grids are the output, so their tiles go straight into it;
+    the direct layout's rows are padded, so its tiles go to a scratch grid, copied out; a
+    last tile past the image does too (both paths are checked against PyTorch by the
+    forced tilings above: 12x12 in tiles of 16 and of 32 pixels)."""
+    spec = spec_of((64, 64, 16, 16, 3, 1, 1, 1, 1))
+    odd = spec_of((16, 32, 12, 12, 3, 1, 1, 1, 1))
+    with TARGET, forced_simd(512, 32):
+        for plan in (gemm_csr_plan, spatial_pack_csr_plan):
+            layout, tiling = plan(spec)
+            assert writes_output(spec, grid_of(layout), tiling), plan.__name__
+            layout, _ = plan(odd)
+            assert writes_output(odd, grid_of(layout), replace(tiling, vectors=1))
+            assert not writes_output(odd, grid_of(layout), replace(tiling, vectors=2))
+        layout, tiling = direct_csr_plan(spec)
+        assert not writes_output(spec, grid_of(layout), tiling)
+
+
+def grid_of(layout: object) -> PixelGrid:
+    """An algorithm plan's pixel grid (spatial pack's plan holds it in its packing)."""
+    return getattr(layout, "grid", layout)  # type: ignore[return-value]
