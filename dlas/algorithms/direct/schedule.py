@@ -57,12 +57,9 @@ def schedule_direct(
 
 
 def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the direct CSR conv whose kernel block is `block`; return the task loop."""
-
-    def padding(sch: s_tir.Schedule, tiles: SBlockRV) -> None:
-        parallelize_padding(sch, tiles, 2, spec.data_dtype)  # (n, c)
-
-    return schedule_spmm(sch, block, padding)
+    """Schedule the direct CSR conv whose kernel block is `block`; return the task loop
+    (`spmm_kernel.schedule_spmm` says who pads the input)."""
+    return schedule_spmm(sch, block, spec)
 
 
 def schedule_csr_rows_form(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:

@@ -41,15 +41,9 @@ def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopR
 
 
 def schedule_gemm_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the CSR GEMM conv whose kernel block is `block`; return its task loop."""
-
-    def im2col(sch: s_tir.Schedule, kernel: SBlockRV) -> None:
-        for producer in sch.get_producers(kernel):  # im2col, then its padding
-            for pad in sch.get_producers(producer):
-                parallelize_rows(sch, pad, 2, spec.data_dtype)  # (n, c)
-            parallelize_rows(sch, producer, 2, spec.data_dtype)
-
-    return schedule_spmm(sch, block, im2col)
+    """Schedule the CSR GEMM conv whose kernel block is `block`; return its task loop
+    (`spmm_kernel.schedule_spmm` says who builds the im2col)."""
+    return schedule_spmm(sch, block, spec)
 
 
 def schedule_gemm_csr_rows(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:

@@ -47,15 +47,9 @@ def schedule_spatial_pack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) 
 
 
 def schedule_spatial_pack_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule the CSR spatial pack whose kernel block is `block`; return its task loop."""
-
-    def packing(sch: s_tir.Schedule, kernel: SBlockRV) -> None:
-        for planes in sch.get_producers(kernel):  # the planes, then their padding
-            for pad in sch.get_producers(planes):
-                parallelize_rows(sch, pad, 2, spec.data_dtype)  # (n, c)
-            parallelize_rows(sch, planes, 2, spec.data_dtype)
-
-    return schedule_spmm(sch, block, packing)
+    """Schedule the CSR spatial pack whose kernel block is `block`; return its task loop
+    (`spmm_kernel.schedule_spmm` says who packs the planes)."""
+    return schedule_spmm(sch, block, spec)
 
 
 def schedule_spatial_pack_csr_rows(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec
