@@ -218,3 +218,20 @@ def test_tiles_are_stored_in_the_output_only_where_the_grid_is_the_output() -> N
 def grid_of(layout: object) -> PixelGrid:
     """An algorithm plan's pixel grid (spatial pack's plan holds it in its packing)."""
     return getattr(layout, "grid", layout)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("name", SPARSE)
+def test_a_task_lays_out_its_own_input_unless_the_conv_is_grouped(name: str) -> None:
+    """A task of an ungrouped conv reads every input channel, so it pads/packs/im2cols
+    its image itself, under the one parallel loop (laid out in parallel, half of it was
+    read from the other core's cache); a depthwise conv's tasks read only their own
+    channels, which a parallel layout stage splits the same way, so it keeps one."""
+    algorithm = registry.create("algorithms", name, {})
+    for conv, loops in (((32, 32, 8, 8, 3, 1, 1, 1, 1), 1), ((32, 32, 8, 8, 3, 1, 1, 1, 32), 2)):
+        spec = spec_of(conv)
+        _, w = operands(spec, 0.8, seed=3)
+        with TARGET:
+            func, _ = conv_prim_func(algorithm, spec, w)
+        assert func.script().count("T.parallel(") >= loops, (name, conv)
+        if loops == 1:
+            assert func.script().count("T.parallel(") == 1, (name, func.script()[:3000])
