@@ -65,19 +65,12 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from tvm import s_tir, te, tirx
 from tvm.runtime import DataType
-from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.script.ir_builder import IRBuilder
 from tvm.script.ir_builder import tirx as T
 from tvm.target import Target
 
-from ..tir.schedule_helpers import (
-    is_parallelized,
-    parallelize_block,
-    target_simd,
-    target_vector_bits,
-)
+from ..tir.schedule_helpers import target_simd
 from .base import ConvSpec
-from .schedule_util import parallel_outer, parallelize_rows, vectorize_loop
 
 #: Names of the kernel's CSR constants: values, element offsets, row pointers.
 VALUES, OFFSETS, ROW_PTR = "csr_data", "csr_offsets", "csr_indptr"
@@ -201,9 +194,9 @@ def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None
     more chunks than keep `MIN_SEGMENT` entries in each of a row's (known when the weight
     is: `entries_per_row`). rows: the largest multiple of `block` dividing the output
     channels that leaves every thread a task: each task lays out its input itself
-    (`localize_layout`), so fewer tasks lay it out fewer times, and a task's rows share
-    each chunk of its tile's input while it is in L1 (ResNet18's 8x8 convs: 50.9 us at
-    16 rows, 44.2 at 64).
+    (`spmm_schedule.localize_layout`), so fewer tasks lay it out fewer times, and a
+    task's rows share each chunk of its tile's input while it is in L1 (ResNet18's 8x8
+    convs: 50.9 us at 16 rows, 44.2 at 64).
     """
     lanes = accumulator_lanes(spec)
     budget = max(target_simd().registers // 2, 1)
@@ -575,58 +568,6 @@ def _init_tile(tile: tirx.Buffer, partial: _Partial, row: tirx.Expr, at: tirx.Ex
                            [u, i, p])
 
 
-def schedule_spmm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
-    """Schedule a conv made by `spmm_stage`, whose kernel block is `block`; return the
-    task loop the epilogue is computed at.
-
-    The kernel's (image, task) loops run in parallel; its tiles, chunks, vectors and
-    unrolling are the kernel's own. Where a task reads every input channel (`groups` 1),
-    each task lays out its input (the algorithm's padding, packing or im2col) itself,
-    under its task loop (`localize_layout`). A grouped conv's task reads only its own
-    groups' channels, which a layout stage run in parallel over (image, channel) lays
-    out on the same thread (the static split gives both the same halves); computed per
-    task it would lay out every channel once per task (MobileNetV2-w0.5's depthwise
-    convs: the model 0.649 -> 0.738 ms at 90%, Cascade Lake).
-    """
-    task = parallel_outer(sch, sch.get_loops(block))
-    if spec.groups == 1:
-        localize_layout(sch, block, task, spec.data_dtype)
-    else:
-        pending = list(sch.get_producers(block))
-        while pending:
-            stage = pending.pop(0)
-            pending.extend(sch.get_producers(stage))
-            if not is_parallelized(sch, stage):
-                parallelize_rows(sch, stage, 2, spec.data_dtype)  # (n, c)
-    return task
-
-
-def localize_layout(sch: s_tir.Schedule, block: SBlockRV, task: LoopRV, dtype: str) -> None:
-    """Compute the stages that lay out `block`'s input (transitively) at loop `task`,
-    innermost loop vectorized; a stage that cannot move there runs in parallel alone.
-
-    Why: a task reads every input channel of its image. Laid out by a parallel stage of
-    its own, half of that layout was written by the other thread, and every task read it
-    from the other core's cache: on a 2-vCPU VM whose vCPUs are far apart (223 ns a
-    round trip) a 3x3 sparse conv then ran no faster on two threads than on one
-    (ResNet18-w0.5's 128-channel 8x8 conv at 90%: 45 us on one, 43 on two). Laid out
-    by each task (the same image, once per thread), it took 28 us on two; a layout
-    stage is a copy, cheap beside reading it across cores (Xeon Cascade Lake).
-    """
-    pending = list(sch.get_producers(block))
-    while pending:
-        stage = pending.pop(0)
-        upstream = list(sch.get_producers(stage))
-        try:
-            sch.compute_at(stage, task, preserve_unit_loops=True)
-        except Exception:  # noqa: BLE001 - a stage that cannot move stays a parallel one
-            if not is_parallelized(sch, stage):
-                parallelize_block(sch, stage, target_vector_bits())
-            continue
-        vectorize_loop(sch, sch.get_loops(stage)[-1], dtype)
-        pending.extend(upstream)
-
-
 __all__ = [
     "OFFSETS",
     "ROW_PTR",
@@ -636,11 +577,9 @@ __all__ = [
     "choose_tiling",
     "forced_tiling",
     "holds_spmm_kernel",
-    "localize_layout",
     "plan",
     "reads_in_place",
     "row_block_of",
-    "schedule_spmm",
     "sparse_rows",
     "spmm_stage",
     "writes_output",

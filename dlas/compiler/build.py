@@ -300,7 +300,7 @@ def _fusable_convs(mod: tvm.IRModule, made: dict[str, tuple[str, ConvSpec]]) -> 
     `FuseOps` left their bias, ReLU and residual add as separate kernels (17 extra
     kernels, each a thread launch and a pass over the activations, in a sparse ResNet18).
     The kernel computes its whole output before anything reads it, as a TE conv does, so
-    it is marked as TE convs are and its epilogue fuses; `spmm_kernel.schedule_spmm`
+    it is marked as TE convs are and its epilogue fuses; `spmm_schedule.schedule_spmm`
     then computes the epilogue per task. (The block-CSR row kernels, the vector layouts'
     and a GPU's, are left opaque: FuseTIR refuses their data-dependent block iterator
     once indices are int64.)"""

@@ -37,7 +37,7 @@ from ..schedule_util import (
     schedule_csr_rows,
     vectorize_under_reduction,
 )
-from ..spmm_kernel import schedule_spmm
+from ..spmm_schedule import schedule_spmm
 
 
 def schedule_direct(
@@ -58,7 +58,7 @@ def schedule_direct(
 
 def schedule_direct_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
     """Schedule the direct CSR conv whose kernel block is `block`; return the task loop
-    (`spmm_kernel.schedule_spmm` says who pads the input)."""
+    (`spmm_schedule.schedule_spmm` says who pads the input)."""
     return schedule_spmm(sch, block, spec)
 
 

@@ -28,7 +28,7 @@ from ..schedule_util import (
     schedule_csr_rows,
     vectorize_under_reduction,
 )
-from ..spmm_kernel import schedule_spmm
+from ..spmm_schedule import schedule_spmm
 
 
 def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
@@ -42,7 +42,7 @@ def schedule_gemm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopR
 
 def schedule_gemm_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
     """Schedule the CSR GEMM conv whose kernel block is `block`; return its task loop
-    (`spmm_kernel.schedule_spmm` says who builds the im2col)."""
+    (`spmm_schedule.schedule_spmm` says who builds the im2col)."""
     return schedule_spmm(sch, block, spec)
 
 

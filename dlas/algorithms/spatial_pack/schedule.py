@@ -32,7 +32,7 @@ from ..schedule_util import (
     vectorize_loop,
     vectorize_under_reduction,
 )
-from ..spmm_kernel import schedule_spmm
+from ..spmm_schedule import schedule_spmm
 from .compute import vector_tiles_for
 
 
@@ -48,7 +48,7 @@ def schedule_spatial_pack(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) 
 
 def schedule_spatial_pack_csr(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:
     """Schedule the CSR spatial pack whose kernel block is `block`; return its task loop
-    (`spmm_kernel.schedule_spmm` says who packs the planes)."""
+    (`spmm_schedule.schedule_spmm` says who packs the planes)."""
     return schedule_spmm(sch, block, spec)
 
 
