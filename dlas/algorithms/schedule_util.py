@@ -18,6 +18,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from ..tir.schedule_helpers import (
     MAX_WHOLE_VECTOR,
     const_extent,
+    gathers_along,
     is_parallelized,
     parallelize_block,
     target_vector_bits,
@@ -46,6 +47,28 @@ def vectorize_loop(sch: s_tir.Schedule, loop: LoopRV, dtype: str) -> LoopRV | No
     _, inner = sch.split(loop, factors=[None, lanes])
     sch.vectorize(inner)
     return inner
+
+
+def vectorize_copy(sch: s_tir.Schedule, block: SBlockRV, dtype: str) -> None:
+    """Vectorize a copy stage's innermost loop (`vectorize_loop`), unless the stage gathers
+    along it (`gathers_along`: a strided conv's phase packing or im2col). That loop is
+    unrolled instead (whole, or by the SIMD lanes), and LLVM's SLP vectorizer makes its
+    lanes whole-vector loads and shuffles, where TVM's vectorizer loads lane by lane. A
+    stride-2 phase pack of 80 channels at 32x32: 23.9 us vectorized, 9.2 unrolled (Xeon
+    Cascade Lake, 2 threads)."""
+    loop = sch.get_loops(block)[-1]
+    if not gathers_along(sch, block, loop):
+        vectorize_loop(sch, loop, dtype)
+        return
+    extent = const_extent(sch, loop)
+    if extent is None or extent < 2:
+        return
+    lanes = vector_lanes(target_vector_bits(), dtype)
+    if extent > MAX_WHOLE_VECTOR:
+        if extent % lanes:
+            return
+        _, loop = sch.split(loop, factors=[None, lanes])
+    sch.unroll(loop)
 
 
 def vectorize_under_reduction(
@@ -131,7 +154,7 @@ def parallelize_rows(sch: s_tir.Schedule, block: SBlockRV, lead: int, dtype: str
     loops = sch.get_loops(block)
     lead = max(1, min(lead, len(loops) - 1))
     sch.parallel(sch.fuse(*loops[:lead]) if lead > 1 else loops[0])
-    vectorize_loop(sch, sch.get_loops(block)[-1], dtype)
+    vectorize_copy(sch, block, dtype)
 
 
 def parallelize_padding(sch: s_tir.Schedule, block: SBlockRV, rows: int, dtype: str) -> None:

@@ -453,6 +453,19 @@ def spmm_kernel(name: str, spec: ConvSpec, grid: PixelGrid, tiling: SparseTiling
     return builder.get()
 
 
+def task_channels(spec: ConvSpec, rows: int) -> int | None:
+    """Input channels each task of `rows` output channels reads, where its rows are whole
+    groups (task t then reads channels [t * that, (t + 1) * that) of every layout, whose
+    axis 1 is the input channel); None where every task reads every channel (`groups` 1,
+    or a task that splits a group). The kernel still declares the whole input read: a
+    narrower region would let TVM compact the layout buffer to it, under the kernel's
+    flat view (`spmm_kernel`)."""
+    per_group = spec.out_channels // spec.groups
+    if spec.groups == 1 or rows % per_group:
+        return None
+    return rows // per_group * spec.weight_shape[1]
+
+
 def writes_output(spec: ConvSpec, grid: PixelGrid, tiling: SparseTiling) -> bool:
     """Whether the kernel's tiles are the output's pixels exactly (rows of the output's
     width, whole tiles ending with the image), so they can be stored in place."""
@@ -582,5 +595,6 @@ __all__ = [
     "row_block_of",
     "sparse_rows",
     "spmm_stage",
+    "task_channels",
     "writes_output",
 ]

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, tirx
 from tvm.runtime import DataType
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 from tvm.target import Target
@@ -160,6 +160,55 @@ def loop_kinds(sch: s_tir.Schedule, block: SBlockRV) -> list[str]:
 
 def _uses(expr: tirx.PrimExpr, var: tirx.Var) -> bool:
     return any(v.same_as(var) for v in undefined_vars(expr))
+
+
+def gathers_along(sch: s_tir.Schedule, block: SBlockRV, loop: LoopRV) -> bool:
+    """Whether a copy stage `block` (one store) reads some buffer's innermost dimension with
+    a constant step above 1 along `loop` (an index `v * s`, s > 1, of an iterator `loop`
+    binds): vectorized, such a loop loads lane by lane, because TVM scalarises a strided
+    ramp."""
+    realize = _get_sblock_realize(sch, block)
+    var = sch.get(loop).loop_var
+    stmt = sch.get(block)
+    bound = [iv.var for iv, value in zip(stmt.iter_vars, realize.iter_values, strict=True)
+             if _uses(value, var)]
+    if not bound or not isinstance(stmt.body, tirx.BufferStore):
+        return False
+
+    def scaled(expr: tirx.PrimExpr) -> bool:
+        if isinstance(expr, tirx.Mul):
+            for factor, other in ((expr.a, expr.b), (expr.b, expr.a)):
+                if (isinstance(factor, tirx.IntImm) and abs(int(factor.value)) > 1
+                        and any(_uses(other, v) for v in bound)):
+                    return True
+        return any(scaled(child) for child in _operands(expr))
+
+    def strided_load(expr: tirx.PrimExpr) -> bool:
+        if _is_load(expr) and expr.indices and scaled(expr.indices[-1]):
+            return True
+        return any(strided_load(child) for child in _operands(expr))
+
+    return strided_load(stmt.body.value)
+
+
+def _is_load(expr: tirx.PrimExpr) -> bool:
+    """A buffer load (TVM 0.27's class is `ir.TensorLoad`; `tirx.BufferLoad` makes one)."""
+    return hasattr(expr, "indices") and not isinstance(expr, tirx.Shuffle)
+
+
+def _operands(expr: tirx.PrimExpr) -> list[tirx.PrimExpr]:
+    """The operand expressions of `expr` (none for a leaf)."""
+    if isinstance(expr, tirx.Select):
+        return [expr.condition, expr.true_value, expr.false_value]
+    if isinstance(expr, ir.Call):
+        return list(expr.args)
+    if isinstance(expr, tirx.Cast):
+        return [expr.value]
+    if _is_load(expr):
+        return list(expr.indices)
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return [expr.a, expr.b]
+    return []
 
 
 def const_extent(sch: s_tir.Schedule, loop: LoopRV) -> int | None:
