@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 import torch
 import tvm
+from tvm import s_tir, te, tirx
 
 from dlas import registry
 from dlas.algorithms.base import ConvSpec, conv_prim_func
 from dlas.algorithms.direct.compute import direct_csr_plan
 from dlas.algorithms.gemm.compute import gemm_csr_plan
+from dlas.algorithms.schedule_util import vectorize_copy
 from dlas.algorithms.spatial_pack.compute import spatial_pack_csr_plan
 from dlas.algorithms.spmm_kernel import (
     ROW_PTR,
@@ -33,7 +35,7 @@ from dlas.algorithms.spmm_kernel import (
 )
 from dlas.compiler.build import make_target
 from dlas.targets.host import host_target
-from dlas.tir.schedule_helpers import forced_simd
+from dlas.tir.schedule_helpers import forced_simd, gathers_along
 
 TARGET = make_target(host_target(2))
 SPARSE = ["direct_csr", "gemm_csr", "spatial_pack_csr"]
@@ -239,3 +241,24 @@ def test_a_task_lays_out_the_input_it_reads(name: str) -> None:
         assert (loops == 1) == one_loop, (name, conv, func.script()[:3000])
         x, w = operands(spec, 0.8, seed=4)
         check(spec, run(name, spec, x, w), x, w, f"{name} laid out per task: {one_loop}")
+
+
+def test_a_strided_copy_is_unrolled_and_a_contiguous_one_vectorized() -> None:
+    """TVM loads a strided ramp lane by lane, so a copy stage that gathers along its
+    innermost loop (a stride-2 conv's phase packing) is unrolled for LLVM's SLP
+    vectorizer; a contiguous one is vectorized as before."""
+    pad = te.placeholder((1, 4, 18, 18), name="pad")
+
+    def packed(step: int) -> te.Tensor:
+        return te.compute((1, 4, 3, 8, 8),
+                          lambda n, c, kx, r, x: pad[n, c, r * step, x * step + kx],
+                          name="planes")
+
+    for step, kind in ((2, tirx.ForKind.UNROLLED), (1, tirx.ForKind.VECTORIZED)):
+        planes = packed(step)
+        sch = s_tir.Schedule(te.create_prim_func([pad, planes]))
+        block = sch.get_sblock("planes")
+        assert gathers_along(sch, block, sch.get_loops(block)[-1]) == (step > 1)
+        with TARGET:
+            vectorize_copy(sch, block, "float32")
+        assert sch.get(sch.get_loops(block)[-1]).kind == kind, step
