@@ -7,7 +7,8 @@ rounds, placement recorded), in one workspace:
   dense: direct, GEMM and spatial pack in NCHW and NCHWc, and ONNX Runtime;
 * pruned to each of `--levels` (L1 unstructured `weight_pruning`, in each of `--scopes`:
   the paper's global ranking, and per layer; fine-tuned `--finetune-epochs`), and with
-  `--structured`, block pruning at the AVX-512 width (16x1) and 4x1 at 80%, and 2:4:
+  `--structured`, block pruning at the AVX-512 width (16x1) and 4x1 at 80%, 2:4, and
+  90% of the 1x1 convs' weights alone (`convs: pointwise`, per layer, Elsen et al.'s):
   every CSR algorithm in NCHW, direct CSR in NCHWc (block CSR), and `mixed_csr` (per conv
   sparse or dense, by density);
 * with `--avx2` on an AVX-512 host, all of it again for `-mcpu haswell` (the AVX2 code
@@ -46,7 +47,9 @@ CSR = ["direct_csr", "gemm_csr", "spatial_pack_csr"]
 #: Structured options run with `--structured`: (option, extra params, level).
 STRUCTURED = [("block_pruning", {"block": [16, 1]}, 0.8),
               ("block_pruning", {"block": [4, 1]}, 0.8),
-              ("nm_pruning", {}, 0.5)]
+              ("nm_pruning", {}, 0.5),
+              # Elsen et al.'s sparse MobileNets: 1x1 convs only, each at the level
+              ("weight_pruning", {"convs": "pointwise", "scope": "layer"}, 0.9)]
 
 
 def pruning(name: str, level: float, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -123,7 +126,8 @@ def short_label(row: Any) -> str:
         m = int(info.get("m", 4))
         return f"{name} {round(m * (1 - (level or 0)))}:{m}"
     block = "x".join(str(b) for b in info["block"]) + " " if info.get("block") else ""
-    return f"{name} {block}{level:g} {info.get('scope', 'global')}"
+    convs = f" {info['convs']}" if info.get("convs") else ""
+    return f"{name} {block}{level:g} {info.get('scope', 'global')}{convs}"
 
 
 def table(all_rows: list[Any]) -> list[dict[str, Any]]:

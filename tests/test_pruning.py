@@ -20,6 +20,7 @@ from dlas.compression.pruning import (
     iterative_pruning,
     make_permanent,
     prune_weights_global_l1,
+    prune_weights_per_layer_l1,
 )
 from dlas.datasets.digits import load_digits
 from dlas.models.cifar import mobilenetv2, resnet18
@@ -61,6 +62,29 @@ def test_only_conv_weights_pruned() -> None:
         else:
             assert torch.equal(after[key], value), key
     assert not any(k.startswith("linear.") and "mask" in k for k in after)
+
+
+@pytest.mark.parametrize("prune", [prune_weights_global_l1, prune_weights_per_layer_l1],
+                         ids=["global", "layer"])
+def test_pointwise_pruning_leaves_depthwise_and_3x3_convs_dense(prune) -> None:  # noqa: ANN001
+    """`convs: pointwise` (Elsen et al.'s sparse MobileNets) prunes only the 1x1
+    ungrouped convs, to the level among their own weights; every other conv keeps all."""
+    seed_all(0)
+    model = mobilenetv2(width_multiplier=0.25)
+    prune(model, 0.9, "pointwise")
+    pointwise = zeros = 0
+    for module in model.modules():
+        if not isinstance(module, nn.Conv2d):
+            continue
+        if module.kernel_size == (1, 1) and module.groups == 1:
+            pointwise += module.weight.numel()
+            zeros += int((module.weight == 0).sum())
+        else:
+            assert int((module.weight == 0).sum()) == 0, module
+    assert zeros / pointwise == pytest.approx(0.9, abs=0.01)
+    assert 0 < conv_sparsity(model) < 0.9  # the whole model's: the dense convs count
+    with pytest.raises(ValueError, match="convs must be one of"):
+        prune(mobilenetv2(width_multiplier=0.25), 0.5, "depthwise")
 
 
 def test_make_permanent() -> None:
@@ -348,6 +372,21 @@ def test_weight_pruning_option_records_levels_and_elbow(digits, tmp_path) -> Non
     assert (result.info["chosen_level"], result.info["selected_by"]) == (0.8, "elbow")
     assert result.info["compression_ratio"] == pytest.approx(5.0)
     assert conv_sparsity(result.model) == pytest.approx(0.8, abs=0.005)
+
+
+def test_pointwise_weight_pruning_records_the_whole_models_compression(digits, tmp_path) -> None:  # noqa: ANN001
+    """With `convs: pointwise` the level counts the 1x1 convs' weights; the compression
+    ratio (the ideal speedup the report divides by) is the whole model's."""
+    params = WeightPruningParams(levels=[0.8], level=0.8, scope="layer", convs="pointwise")
+    seed_all(0)
+    model = mobilenetv2(width_multiplier=0.25)
+    result = weight_pruning(params, model, _ctx(digits, finetune_epochs=1,
+                                                checkpoint_dir=tmp_path))
+    info = result.info
+    overall = conv_sparsity(result.model)
+    assert info["convs"] == "pointwise" and 0.5 < overall < 0.8
+    assert info["compression_ratio"] == pytest.approx(ideal_speedup(overall))
+    assert WeightPruningParams().convs == "all"
 
 
 # --- fine-tuning reaches the level a point uses ---------------------------------------------

@@ -88,12 +88,21 @@ SCOPE_DESCRIPTION = ("global: every conv's weights in one ranking (the paper's; 
                      "pruned to the level (the setting of Elsen et al.'s sparse kernels)")
 
 
+#: Which convs a weight-pruning option prunes (`dlas.compression.pruning.CONV_SELECTIONS`).
+ConvSelection = Literal["all", "pointwise"]
+CONVS_DESCRIPTION = ("all: every conv (the paper's); pointwise: only 1x1 ungrouped convs, "
+                     "as Elsen et al.'s sparse MobileNets (depthwise and 3x3 convs stay "
+                     "dense; a level is then the share of the pointwise weights, and the "
+                     "compression ratio is the whole model's)")
+
+
 class WeightPruningParams(PruningParams):
     levels: list[float] = Field(
         default=PAPER_WEIGHT_LEVELS,
         description="shares of conv weights pruned, in schedule order (paper: 50% to 90% "
                     "in 10% steps, 95%, 99%); fine-tuning epochs are split evenly over them")
     scope: Scope = Field("global", description=SCOPE_DESCRIPTION)
+    convs: ConvSelection = Field("all", description=CONVS_DESCRIPTION)
     # The first form of this option: `sparsity` fixed the level, `steps` were the levels.
     sparsity: float | None = Field(
         None, gt=0, lt=1,
@@ -208,11 +217,19 @@ def finetune_warnings(info: dict[str, Any], finetune_epochs: int) -> list[str]:
 def weight_pruning(params: WeightPruningParams, model: nn.Module,
                    ctx: CompressionContext) -> CompressionResult:
     from dlas.compression.base import CompressionResult
+    from dlas.compression.elbow import ideal_speedup
     from dlas.compression.pruning import prune_weights_global_l1, prune_weights_per_layer_l1
 
-    step = prune_weights_global_l1 if params.scope == "global" else prune_weights_per_layer_l1
+    prune = prune_weights_global_l1 if params.scope == "global" else prune_weights_per_layer_l1
+
+    def step(m: nn.Module, level: float) -> nn.Module:
+        return prune(m, level, params.convs)
+
     model, info = _prune_and_choose(params, model, ctx, step)
     info["scope"] = params.scope
+    if params.convs != "all":  # the level counts only the pruned convs' weights
+        info["convs"] = params.convs
+        info["compression_ratio"] = ideal_speedup(info["chosen_sparsity"])
     return CompressionResult(model, info,
                              warnings=finetune_warnings(info, ctx.budgets.finetune_epochs))
 

@@ -22,8 +22,19 @@ if TYPE_CHECKING:
     from dlas.models.training import FitSettings
 
 
-def _conv_modules(model: nn.Module) -> list[nn.Conv2d]:
-    return [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+#: Which convs a pruning option prunes: every one (the paper's), or only the pointwise
+#: ones (1x1, ungrouped: Elsen et al.'s sparse MobileNets keep depthwise and 3x3 convs
+#: dense, where nine weights a channel leave nothing to prune and no work to save).
+CONV_SELECTIONS = ("all", "pointwise")
+
+
+def _conv_modules(model: nn.Module, convs: str = "all") -> list[nn.Conv2d]:
+    if convs not in CONV_SELECTIONS:
+        raise ValueError(f"convs must be one of {CONV_SELECTIONS}, got {convs!r}")
+    found = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    if convs == "pointwise":
+        found = [m for m in found if tuple(m.kernel_size) == (1, 1) and m.groups == 1]
+    return found
 
 
 def _mask_of(module: nn.Module) -> torch.Tensor | None:
@@ -43,7 +54,8 @@ def conv_sparsity(model: nn.Module) -> float:
     return zeros / total
 
 
-def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
+def prune_weights_global_l1(model: nn.Module, sparsity: float, convs: str = "all"
+                            ) -> nn.Module:
     """Mask the smallest-magnitude conv weights, ranked across all layers, until exactly
     ``round(sparsity * n)`` of the ``n`` conv weights are zero.
 
@@ -51,16 +63,18 @@ def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
     further (existing masks are kept; the ranking is over the surviving weights), which is
     how the iterative schedule works. Masks stay attached (``weight_orig`` and
     ``weight_mask``) so fine-tuning keeps pruned weights at zero; call
-    :func:`make_permanent` to bake them in.
+    :func:`make_permanent` to bake them in. `convs` (one of `CONV_SELECTIONS`) says which
+    convs take part; the others keep every weight.
     """
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
-    convs = _conv_modules(model)
-    if not convs:
-        raise ValueError("model has no Conv2d layers to prune")
-    total = sum(m.weight.numel() for m in convs)
+    selected = _conv_modules(model, convs)
+    if not selected:
+        raise ValueError(f"model has no Conv2d layers to prune ({convs})")
+    total = sum(m.weight.numel() for m in selected)
     target = round(sparsity * total)
-    masked = sum(int((mask == 0).sum()) for m in convs if (mask := _mask_of(m)) is not None)
+    masked = sum(int((mask == 0).sum()) for m in selected
+                 if (mask := _mask_of(m)) is not None)
     if masked > target:
         raise ValueError(
             f"model already has {masked / total:.4f} of conv weights masked, "
@@ -69,11 +83,11 @@ def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
     # An integer amount is an exact count, taken from the weights still unmasked; weights
     # that are already exactly zero rank first, so they are absorbed without overshoot.
     prune.global_unstructured(
-        [(m, "weight") for m in convs],
+        [(m, "weight") for m in selected],
         pruning_method=prune.L1Unstructured,
         amount=target - masked,
     )
-    zeros = sum(int((m.weight == 0).sum()) for m in convs)
+    zeros = sum(int((m.weight == 0).sum()) for m in selected)
     if zeros != target:
         raise RuntimeError(
             f"pruning left {zeros} zero conv weights instead of {target}: the model had more "
@@ -82,18 +96,19 @@ def prune_weights_global_l1(model: nn.Module, sparsity: float) -> nn.Module:
     return model
 
 
-def prune_weights_per_layer_l1(model: nn.Module, sparsity: float) -> nn.Module:
+def prune_weights_per_layer_l1(model: nn.Module, sparsity: float, convs: str = "all"
+                               ) -> nn.Module:
     """Mask the smallest-magnitude weights of each conv, ranked within that conv, until
     ``round(sparsity * n)`` of its ``n`` weights are zero: every layer equally sparse (the
     setting of Elsen et al.'s sparse kernels), where the global ranking leaves early
     layers far denser than late ones. Works in place, keeps existing masks (a higher
-    level prunes further), as `prune_weights_global_l1`."""
+    level prunes further), as `prune_weights_global_l1`; `convs` as there."""
     if not 0.0 <= sparsity < 1.0:
         raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
-    convs = _conv_modules(model)
-    if not convs:
-        raise ValueError("model has no Conv2d layers to prune")
-    for conv in convs:
+    selected = _conv_modules(model, convs)
+    if not selected:
+        raise ValueError(f"model has no Conv2d layers to prune ({convs})")
+    for conv in selected:
         target = round(sparsity * conv.weight.numel())
         mask = _mask_of(conv)
         masked = int((mask == 0).sum()) if mask is not None else 0
