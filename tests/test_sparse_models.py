@@ -15,7 +15,11 @@ from dlas import registry
 from dlas.algorithms.mixed_csr import MixedCSRConv
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
-from dlas.compression.pruning import make_permanent, prune_weights_global_l1
+from dlas.compression.pruning import (
+    make_permanent,
+    prune_weights_global_l1,
+    prune_weights_per_layer_l1,
+)
 from dlas.compression.structured import prune_blocks_global_l1, prune_n_of_m
 from dlas.measure.verify import verify_outputs
 from dlas.measure.vm_timing import load_vm, run_batch
@@ -26,6 +30,7 @@ PRUNINGS = {
     "block16x1": lambda m: prune_blocks_global_l1(m, 0.8, 16, 1),
     "block4x1": lambda m: prune_blocks_global_l1(m, 0.8, 4, 1),
     "2:4": lambda m: prune_n_of_m(m, 0.5, 4),
+    "pointwise": lambda m: prune_weights_per_layer_l1(m, 0.9, "pointwise"),
 }
 ALGORITHMS = [("spatial_pack_csr", {}), ("mixed_csr", {}), ("direct_csr", {"layout": "NCHWc"})]
 
@@ -51,6 +56,7 @@ CASES = [
     ("resnet18", "2:4", ALGORITHMS[1:2]),
     ("mobilenetv2", "unstructured", ALGORITHMS),
     ("mobilenetv2", "block16x1", ALGORITHMS[1:]),
+    ("mobilenetv2", "pointwise", ALGORITHMS[:2]),
 ]
 
 
@@ -93,3 +99,16 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
     everything = compile_model(imported, MixedCSRConv(dense_above=0.0), host_target(),
                                tmp_path / "dense")
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
+
+
+def test_mixed_keeps_a_dense_depthwise_conv_between_sparse_ones_in_nchw(tmp_path: Path) -> None:
+    """With only the 1x1 convs pruned (`convs: pointwise`), a stride-1 depthwise conv is
+    dense between two sparse convs: the mixed algorithm computes it with `direct` in
+    NCHW, where they are, so no reorder surrounds it."""
+    model = make_permanent(prune_weights_per_layer_l1(_model("mobilenetv2"), 0.9,
+                                                      "pointwise")).eval()
+    imported = import_torch_model(model, (1, 3, 32, 32))
+    compiled = compile_model(imported, MixedCSRConv(), host_target(), tmp_path)
+    kept = compiled.layout["kept_nchw"]
+    depthwise = [line for line in kept if "depthwise" in line and "direct in NCHW" in line]
+    assert len(depthwise) >= 10, kept
