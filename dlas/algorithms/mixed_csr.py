@@ -17,7 +17,9 @@ planes (`spatial_pack_csr`: 16x16 and below, strided convs). The model is kept i
 NCHWc; the layout pass keeps the sparse convs NCHW (`keeps_nchw`) and reorders around
 them, so the reorders are in the model's time, and its report says which conv took which
 kernel and why
-(`layout_report`, "kept NCHW").
+(`layout_report`, "kept NCHW"). A dense stride-1 depthwise conv stays NCHW too, computed
+by `direct` there (`_dense_depthwise`): pruned only in its 1x1 convs (`convs:
+pointwise`), a MobileNet has one between every two sparse convs.
 """
 
 from __future__ import annotations
