@@ -100,15 +100,3 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
                                tmp_path / "dense")
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
 
-
-def test_mixed_keeps_a_dense_depthwise_conv_between_sparse_ones_in_nchw(tmp_path: Path) -> None:
-    """With only the 1x1 convs pruned (`convs: pointwise`), a stride-1 depthwise conv is
-    dense between two sparse convs: the mixed algorithm computes it with `direct` in
-    NCHW, where they are, so no reorder surrounds it."""
-    model = make_permanent(prune_weights_per_layer_l1(_model("mobilenetv2"), 0.9,
-                                                      "pointwise")).eval()
-    imported = import_torch_model(model, (1, 3, 32, 32))
-    compiled = compile_model(imported, MixedCSRConv(), host_target(), tmp_path)
-    kept = compiled.layout["kept_nchw"]
-    depthwise = [line for line in kept if "depthwise" in line and "direct in NCHW" in line]
-    assert len(depthwise) >= 10, kept

@@ -17,9 +17,7 @@ planes (`spatial_pack_csr`: 16x16 and below, strided convs). The model is kept i
 NCHWc; the layout pass keeps the sparse convs NCHW (`keeps_nchw`) and reorders around
 them, so the reorders are in the model's time, and its report says which conv took which
 kernel and why
-(`layout_report`, "kept NCHW"). A dense stride-1 depthwise conv stays NCHW too, computed
-by `direct` there (`_dense_depthwise`): pruned only in its 1x1 convs (`convs:
-pointwise`), a MobileNet has one between every two sparse convs.
+(`layout_report`, "kept NCHW").
 """
 
 from __future__ import annotations
@@ -32,11 +30,10 @@ from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..tir.layout import LAYOUT_KINDS
-from .base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
+from .base import ConvAlgorithm, ConvSpec
 from .csr import CSRFormat
 from .direct import DirectConv, DirectCSRConv
 from .spatial_pack import SpatialPackCSRConv
-from .spmm_kernel import BUILT_ATTR
 
 #: Output width from which a stride-1 sparse conv reads its input in place.
 WIDE = 32
@@ -44,11 +41,6 @@ WIDE = 32
 #: on ResNet18-w0.5's convs (Cascade Lake, 2 threads: the sparse one 1.1-1.6x slower at
 #: 0.58 density, even at about 0.4, 2x faster at 0.18).
 DENSE_ABOVE = 0.35
-
-
-def holds_spmm_block(sch: s_tir.Schedule, block: SBlockRV) -> bool:
-    """Whether the conv block `block` is the pixel-tile sparse kernel's."""
-    return BUILT_ATTR in sch.get(block).annotations
 
 
 def density(weight: np.ndarray | None) -> float | None:
@@ -71,7 +63,6 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
             raise ValueError(f"dense_above must be a density in [0, 1], got {dense_above}")
         self.dense_above = dense_above
         self.dense = DirectConv(layout="NCHWc", block=block)
-        self.dense_nchw = DirectConv()
         self.in_place = DirectCSRConv()
         self.packed = SpatialPackCSRConv()
 
@@ -82,47 +73,26 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
             return self.in_place
         return self.packed
 
-    def _dense_depthwise(self, spec: ConvSpec, share: float | None) -> bool:
-        """A dense stride-1 depthwise conv, computed by `direct` in NCHW where it sits:
-        between sparse 1x1 convs (`convs: pointwise`, Elsen et al.'s MobileNets) the
-        NCHWc micro-kernel would cost two reorders, and the sparse kernel at full
-        density is 1.4-1.5x slower than `direct` (MobileNetV2-w0.5's 48- and 80-channel
-        depthwise convs at 32x32: 30 and 52 us against 21 and 34; Cascade Lake). Strided
-        ones take the sparse kernel over packed phases: `direct` gathers their input."""
-        return (spec.is_depthwise and spec.strides == (1, 1) and share is not None
-                and share >= self.dense_above)
-
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
         return self._kernel(spec).unsupported_reason(spec)
 
     def keeps_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
         share = density(weight_value)
-        if share is None:
+        if share is None or share >= self.dense_above:
             return None
-        nchw = replace(spec, data_layout="NCHW", out_layout="NCHW")
-        if self._dense_depthwise(nchw, share):
-            return (f"depthwise, density {share:.2f}: direct in NCHW, where the sparse "
-                    "convs around it are")
-        if share >= self.dense_above:
-            return None
+        layout = self._kernel(replace(spec, data_layout="NCHW", out_layout="NCHW")).name
         return (f"density {share:.2f} < {self.dense_above:g}: the pixel-tile sparse kernel "
-                f"({self._kernel(nchw).name}), in NCHW")
+                f"({layout}), in NCHW")
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
                          ) -> dict[str, np.ndarray] | None:
-        if spec.is_nchw and self._dense_depthwise(spec, density(weight_value)):
-            return None  # the raw weight
         return self._kernel(spec).weight_constants(spec, weight_value)
 
     def compute(self, data: te.Tensor, weights: Mapping[str, te.Tensor], spec: ConvSpec
                 ) -> te.Tensor:
-        if spec.is_nchw and RAW_WEIGHT in weights:  # `_dense_depthwise`
-            return self.dense_nchw.compute(data, weights, spec)
         return self._kernel(spec).compute(data, weights, spec)
 
     def schedule(self, sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV | None:
-        if spec.is_nchw and not holds_spmm_block(sch, block):  # `_dense_depthwise`
-            return self.dense_nchw.schedule(sch, block, spec)
         return self._kernel(spec).schedule(sch, block, spec)
 
 
