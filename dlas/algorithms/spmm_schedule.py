@@ -64,7 +64,7 @@ def merge_layout(sch: s_tir.Schedule, block: SBlockRV, read: int, dtype: str) ->
     outers = []
     for stage in stages:
         loops = sch.get_loops(stage)
-        _, inner = sch.split(loops[1], factors=[None, read])
+        sch.split(loops[1], factors=[None, read])  # (tasks, a task's channels)
         vectorize_copy(sch, stage, dtype)
         outers.append(sch.fuse(loops[0], sch.get_loops(stage)[1]))
     kernel = sch.get_loops(block)
