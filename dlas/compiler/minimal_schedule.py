@@ -33,6 +33,7 @@ from ..tir.schedule_helpers import (
     parallelize_block,
     root_block,
     tensorize_marked,
+    transitive_blocks,
     unroll_below,
     vectorize_innermost,
 )
@@ -41,22 +42,6 @@ log = logging.getLogger(__name__)
 
 #: A conv scheduler: (schedule, conv output block, spec) -> loop to compute consumers at.
 ConvScheduler = Callable[[s_tir.Schedule, SBlockRV, ConvSpec], LoopRV | None]
-
-
-def _transitive(
-    sch: s_tir.Schedule, block: SBlockRV, step: Callable[[SBlockRV], list[SBlockRV]]
-) -> list[SBlockRV]:
-    """Blocks reachable from `block` by repeated `step` (get_producers / get_consumers)."""
-    seen: dict[str, SBlockRV] = {}
-    frontier = [block]
-    while frontier:
-        current = frontier.pop()
-        for nxt in step(current):
-            name = block_name(sch, nxt)
-            if name not in seen:
-                seen[name] = nxt
-                frontier.append(nxt)
-    return list(seen.values())
 
 
 def try_inline(sch: s_tir.Schedule, blocks: list[SBlockRV]) -> list[SBlockRV]:
@@ -90,7 +75,7 @@ def schedule_epilogue(
     """
     tiled = REGISTER_TILE_ATTR in sch.get(conv_block).annotations
     # a conv schedule may have placed some itself (a register tile's write-back stage)
-    consumers = [b for b in _transitive(sch, conv_block, sch.get_consumers)
+    consumers = [b for b in transitive_blocks(sch, conv_block, sch.get_consumers)
                  if not is_parallelized(sch, b)]
     outputs = {block_name(sch, b) for b in sch.get_output_blocks(root_block(sch))}
     # Intermediate consumers fold into the last one: relu((conv - m) / s * g + b) is one block.
@@ -149,7 +134,7 @@ def schedule_blocks(
                 raise KeyError(f"conv block {block_name(sch, blk)} made by unknown {algo!r}")
             convs.append((blk, algo, spec))
             owned.add(block_name(sch, blk))
-            owned.update(block_name(sch, b) for b in _transitive(sch, blk, sch.get_producers))
+            owned.update(block_name(sch, b) for b in transitive_blocks(sch, blk, sch.get_producers))
     for blk, algo, spec in convs:
         at = conv_schedulers[algo](sch, blk, spec)
         schedule_epilogue(sch, blk, at, vector_bits)

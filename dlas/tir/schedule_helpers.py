@@ -9,7 +9,7 @@ below both layers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -160,6 +160,23 @@ def loop_kinds(sch: s_tir.Schedule, block: SBlockRV) -> list[str]:
 
 def _uses(expr: tirx.PrimExpr, var: tirx.Var) -> bool:
     return any(v.same_as(var) for v in undefined_vars(expr))
+
+
+def transitive_blocks(
+    sch: s_tir.Schedule, block: SBlockRV, step: Callable[[SBlockRV], list[SBlockRV]]
+) -> list[SBlockRV]:
+    """Blocks reachable from `block` by repeated `step` (get_producers / get_consumers),
+    nearest first along a chain."""
+    seen: dict[str, SBlockRV] = {}
+    frontier = [block]
+    while frontier:
+        current = frontier.pop()
+        for nxt in step(current):
+            name = block_name(sch, nxt)
+            if name not in seen:
+                seen[name] = nxt
+                frontier.append(nxt)
+    return list(seen.values())
 
 
 def gathers_along(sch: s_tir.Schedule, block: SBlockRV, loop: LoopRV) -> bool:
