@@ -13,8 +13,8 @@ rounds, placement recorded), in one workspace:
   sparse or dense, by density);
 * with `--avx2` on an AVX-512 host, all of it again for `-mcpu haswell` (the AVX2 code
   path, forced), so both SIMD paths are measured on one machine; `--only-avx2` times the
-  AVX2 path alone. With `--structured`, an AVX2 run adds block pruning at its SIMD width
-  (8x1).
+  AVX2 path alone. With `--structured`, a run of the AVX2 path (forced, or an AVX2 host)
+  adds block pruning at its SIMD width (8x1).
 
 Printed per target and model: ONNX Runtime, the best dense variant (any layout; the peer
 every sparse row is divided by), then each sparse row: its median, its speedup over the
@@ -58,13 +58,21 @@ def pruning(name: str, level: float, extra: dict[str, Any] | None = None) -> dic
     return {"name": name, "params": params}
 
 
+def host_has_avx512() -> bool:
+    """Whether the host's own target has the 16-wide SIMD path (else it is AVX2's 8-wide)."""
+    from dlas.targets.host import detect_host_cpu
+
+    return "avx512f" in detect_host_cpu()["flags"]
+
+
 def config(args: argparse.Namespace) -> dict[str, Any]:
     compression: list[Any] = ["none"]
     for scope in args.scopes:
         extra = {} if scope == "global" else {"scope": scope}
         compression += [pruning("weight_pruning", level, extra) for level in args.levels]
     if args.structured:
-        avx2_block = [("block_pruning", {"block": [8, 1]}, 0.8)] if args.avx2 else []
+        avx2_block = ([("block_pruning", {"block": [8, 1]}, 0.8)]
+                      if args.avx2 or not host_has_avx512() else [])
         for name, extra, level in [*STRUCTURED, *avx2_block]:
             scopes = args.scopes if name == "block_pruning" else ["global"]
             for scope in scopes:
