@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dlas import registry
-from dlas.algorithms.mixed_csr import MixedCSRConv
+from dlas.algorithms.base import ConvSpec
+from dlas.algorithms.mixed_csr import DENSE_ABOVE_BY_BITS, MixedCSRConv, default_dense_above
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
 from dlas.compression.pruning import (
@@ -24,6 +25,7 @@ from dlas.compression.structured import prune_blocks_global_l1, prune_n_of_m
 from dlas.measure.verify import verify_outputs
 from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.targets.host import host_target
+from dlas.tir.schedule_helpers import forced_simd
 
 PRUNINGS = {
     "unstructured": lambda m: prune_weights_global_l1(m, 0.9),
@@ -100,3 +102,24 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
                                tmp_path / "dense")
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
 
+
+
+@pytest.mark.parametrize(("bits", "registers"), [(512, 32), (256, 16), (128, 16)])
+def test_mixed_crossover_follows_the_simd_width(bits: int, registers: int) -> None:
+    """The density from which a conv is computed dense is the SIMD width's (narrower
+    vectors favour the sparse kernel: measured 0.35 with AVX-512, 0.55 with AVX2; 128-bit
+    takes the nearest), whichever CPU runs the test; a set `dense_above` wins."""
+    spec = ConvSpec(data_shape=(1, 64, 16, 16), weight_shape=(64, 64, 3, 3), strides=(1, 1),
+                    padding=(1, 1, 1, 1), dilation=(1, 1), groups=1, data_dtype="float32",
+                    weight_dtype="float32", out_dtype="float32")
+    weight = np.zeros(spec.weight_shape, dtype="float32")
+    weight.reshape(-1)[: int(0.45 * weight.size)] = 1.0  # density 0.45: between the two
+    expected = DENSE_ABOVE_BY_BITS[512 if bits == 512 else 256]
+    with forced_simd(bits, registers):
+        assert default_dense_above() == expected
+        reason = MixedCSRConv().keeps_nchw(spec, weight)
+        assert (reason is not None) == (bits < 512)  # sparse (kept NCHW) below 512 bits
+        if reason is not None:
+            assert f"< {expected:g}" in reason
+        assert MixedCSRConv(dense_above=0.4).keeps_nchw(spec, weight) is None
+        assert MixedCSRConv(dense_above=0.5).keeps_nchw(spec, weight) is not None

@@ -8,7 +8,8 @@ an order of magnitude faster. One algorithm for the whole model, as the paper co
 them, makes the sparse kernel pay for the layers pruning barely touched.
 
 So, per conv, by the weight's density (its non-zeros over its weights, known at compile
-time): from `dense_above` up, the dense direct micro-kernel in NCHWc
+time): from `dense_above` up (by default the target's SIMD width's, `DENSE_ABOVE_BY_BITS`),
+the dense direct micro-kernel in NCHWc
 (`dlas.algorithms.direct`, the fastest dense untuned variant); below it, the pixel-tile
 sparse kernel, which computes in NCHW: over the padded input in place (`direct_csr`) for
 stride-1 convs at least `WIDE` pixels wide, where spatial pack's three column planes
@@ -30,6 +31,7 @@ from tvm import s_tir, te
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from ..tir.layout import LAYOUT_KINDS
+from ..tir.schedule_helpers import target_simd
 from .base import ConvAlgorithm, ConvSpec
 from .csr import CSRFormat
 from .direct import DirectConv, DirectCSRConv
@@ -37,10 +39,26 @@ from .spatial_pack import SpatialPackCSRConv
 
 #: Output width from which a stride-1 sparse conv reads its input in place.
 WIDE = 32
-#: Default density above which a conv takes the dense kernel: where the two kernels met
-#: on ResNet18-w0.5's convs (Cascade Lake, 2 threads: the sparse one 1.1-1.6x slower at
-#: 0.58 density, even at about 0.4, 2x faster at 0.18).
-DENSE_ABOVE = 0.35
+#: Default density from which a conv takes the dense kernel, per SIMD width in bits: where
+#: the two kernels met on ResNet18-w0.5's convs, 2 threads (`dlas profile`, global and per
+#: layer pruning at 80 and 90%). The crossover moves with the vector: the dense
+#: micro-kernel's throughput scales with the lanes, the sparse kernel's per-entry work (its
+#: offset, the broadcast value) does not, so narrower vectors favour the sparse kernel.
+#: - 512 (Xeon Cascade Lake, AVX-512): the sparse kernel 1.1-1.6x slower at 0.58 density,
+#:   even at about 0.4, 2x faster at 0.18.
+#: - 256 (AMD EPYC Zen 3, AVX2): the sparse kernel 1.08x slower at 0.58 (32x32) and 1.2x at
+#:   0.67; 1.06x faster at 0.56 (16x16, stride 2), 1.1x at 0.52 and 1.4x at 0.40 (16x16);
+#:   with 0.35, a 90% global ResNet18 computed its 0.40-density stage dense and took
+#:   1.729 ms against 1.537 all sparse.
+#: Other widths (128-bit SSE and Neon) are unmeasured and take the nearest (256).
+DENSE_ABOVE_BY_BITS = {512: 0.35, 256: 0.55}
+
+
+def default_dense_above(vector_bits: int | None = None) -> float:
+    """The default crossover density for `vector_bits` (default: the current target's SIMD
+    width, `dlas.tir.schedule_helpers.target_simd`; forced in tests)."""
+    bits = vector_bits if vector_bits is not None else target_simd().bits
+    return DENSE_ABOVE_BY_BITS[min(DENSE_ABOVE_BY_BITS, key=lambda b: abs(b - bits))]
 
 
 def density(weight: np.ndarray | None) -> float | None:
@@ -57,10 +75,12 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
     name = "mixed_csr"
     layouts = frozenset(LAYOUT_KINDS) - {"NHWC"}
 
-    def __init__(self, dense_above: float = DENSE_ABOVE, block: int | None = None) -> None:
+    def __init__(self, dense_above: float | None = None, block: int | None = None) -> None:
         super().__init__("NCHWc", block)
-        if not 0.0 <= dense_above <= 1.0:
+        if dense_above is not None and not 0.0 <= dense_above <= 1.0:
             raise ValueError(f"dense_above must be a density in [0, 1], got {dense_above}")
+        #: None: the target's SIMD width decides (`default_dense_above`), when asked,
+        #: inside the compiler's `with target`.
         self.dense_above = dense_above
         self.dense = DirectConv(layout="NCHWc", block=block)
         self.in_place = DirectCSRConv()
@@ -76,12 +96,17 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
         return self._kernel(spec).unsupported_reason(spec)
 
+    def crossover(self) -> float:
+        """The density from which a conv is dense: `dense_above`, or the target's default."""
+        return self.dense_above if self.dense_above is not None else default_dense_above()
+
     def keeps_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
         share = density(weight_value)
-        if share is None or share >= self.dense_above:
+        above = self.crossover()
+        if share is None or share >= above:
             return None
         layout = self._kernel(replace(spec, data_layout="NCHW", out_layout="NCHW")).name
-        return (f"density {share:.2f} < {self.dense_above:g}: the pixel-tile sparse kernel "
+        return (f"density {share:.2f} < {above:g}: the pixel-tile sparse kernel "
                 f"({layout}), in NCHW")
 
     def weight_constants(self, spec: ConvSpec, weight_value: np.ndarray | None
@@ -96,4 +121,4 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
         return self._kernel(spec).schedule(sch, block, spec)
 
 
-__all__ = ["DENSE_ABOVE", "WIDE", "MixedCSRConv", "density"]
+__all__ = ["DENSE_ABOVE_BY_BITS", "WIDE", "MixedCSRConv", "default_dense_above", "density"]

@@ -165,11 +165,13 @@ class MixedParams(BaseModel):
     layout: Literal["NCHWc"] = Field(
         "NCHWc", description="the model's layout: the dense convs' (the sparse ones are "
                              "reordered to NCHW around them)")
-    dense_above: float = Field(
-        0.35, ge=0, le=1,
+    dense_above: float | None = Field(
+        None, ge=0, le=1,
         description="weight density (non-zeros / weights) from which a conv takes the "
                     "dense NCHWc micro-kernel; below it, the NCHW pixel-tile sparse kernel "
-                    "(0: every conv dense, 1: every conv with a zero weight sparse)")
+                    "(0: every conv dense, 1: every conv with a zero weight sparse; "
+                    "default: where the two met for the target's SIMD width, 0.35 with "
+                    "AVX-512 and 0.55 with AVX2)")
     block: int | None = Field(
         None, description="NCHWc channels per block of the dense convs (default: the "
                           "target's SIMD width in float32 lanes)")
