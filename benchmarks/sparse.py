@@ -63,10 +63,14 @@ def pruning(name: str, level: float, extra: dict[str, Any] | None = None) -> dic
 
 
 def host_has_avx512() -> bool:
-    """Whether the host's own target has the 16-wide SIMD path (else it is AVX2's 8-wide)."""
-    from dlas.targets.host import detect_host_cpu
+    """Whether the host's own target takes the 512-bit SIMD path (else AVX2's 256-bit), as
+    the schedules decide it (`target_simd`)."""
+    from tvm.target import Target
 
-    return "avx512f" in detect_host_cpu()["flags"]
+    from dlas.targets.host import host_target
+    from dlas.tir.schedule_helpers import target_simd
+
+    return target_simd(Target(host_target())).bits >= 512
 
 
 def config(args: argparse.Namespace) -> dict[str, Any]:

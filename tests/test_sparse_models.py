@@ -103,7 +103,6 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
 
 
-
 @pytest.mark.parametrize(("bits", "registers"), [(512, 32), (256, 16), (128, 16)])
 def test_mixed_crossover_follows_the_simd_width(bits: int, registers: int) -> None:
     """The density from which a conv is computed dense is the SIMD width's (narrower

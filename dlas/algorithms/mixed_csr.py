@@ -54,10 +54,10 @@ WIDE = 32
 DENSE_ABOVE_BY_BITS = {512: 0.35, 256: 0.55}
 
 
-def default_dense_above(vector_bits: int | None = None) -> float:
-    """The default crossover density for `vector_bits` (default: the current target's SIMD
-    width, `dlas.tir.schedule_helpers.target_simd`; forced in tests)."""
-    bits = vector_bits if vector_bits is not None else target_simd().bits
+def default_dense_above() -> float:
+    """The default crossover density for the current target's SIMD width
+    (`dlas.tir.schedule_helpers.target_simd`; forced in tests)."""
+    bits = target_simd().bits
     return DENSE_ABOVE_BY_BITS[min(DENSE_ABOVE_BY_BITS, key=lambda b: abs(b - bits))]
 
 
