@@ -183,16 +183,24 @@ def padded_positions(positions: int, pixels: int) -> int:
 
 
 def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None = None,
-                  block: int = 1) -> SparseTiling:
+                  block: int = 1, *, exact_block: bool = False) -> SparseTiling:
     """The tiling of `spec` on the current target (see the module doc for each choice).
 
-    vectors: fewest (tiles x (registers + `ENTRY_COST`)), i.e. padded positions weighed
-    against each entry's scalar work per tile, among tiles whose `block` rows fit the
-    accumulator budget (half the SIMD registers); ties to fewer padded positions, then the
-    smaller tile. split: 2 when the tile has at most 2 accumulators. chunks: in-group
-    channels per chunk so a tile's input of one chunk stays within `CHUNK_BYTES`, but no
-    more chunks than keep `MIN_SEGMENT` entries in each of a row's (known when the weight
-    is: `entries_per_row`). rows: the largest multiple of `block` dividing the output
+    vectors and block: the weight's row blocks share their columns over `block` rows, so
+    the kernel may take them `block` at a time or in any power-of-two part of that
+    (`exact_block`: only `block`, what stored constants were built with). Per stored entry
+    a tile costs its `vectors` input loads, `ENTRY_COST` of scalar work (offset, first
+    value) and one broadcast per further row, shared by the rows it serves: the pair with
+    the fewest tiles x (vectors + `ENTRY_COST` + block - 1) / block wins, among tiles whose
+    rows fit the accumulator budget (half the SIMD registers); ties go to fewer padded
+    positions, then the larger block (fewer stored entries), then the smaller tile.
+    Measured (AMD EPYC Zen 3, AVX2, 2 threads, ResNet18-w0.5's 3x3 convs with 8x1 blocks
+    at 80%): a tile of 1 vector x 8 rows, eight broadcasts per input load, took 104, 66,
+    57 and 62 us at 32x32, 16x16, 8x8 and 4x4 where 2 vectors x 4 rows took 60, 49, 52
+    and 53. split: 2 when the tile has at most 2 accumulators. chunks: in-group channels
+    per chunk so a tile's input of one chunk stays within `CHUNK_BYTES`, but no more
+    chunks than keep `MIN_SEGMENT` entries in each of a row's (known when the weight is:
+    `entries_per_row`). rows: the largest multiple of the block dividing the output
     channels that leaves every thread a task: each task lays out its input itself
     (`spmm_schedule.localize_layout`), so fewer tasks lay it out fewer times, and a
     task's rows share each chunk of its tile's input while it is in L1 (ResNet18's 8x8
@@ -200,16 +208,19 @@ def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None
     """
     lanes = accumulator_lanes(spec)
     budget = max(target_simd().registers // 2, 1)
-    best: tuple[int, int, int] | None = None
-    for vectors in TILE_VECTORS:
-        if vectors * block > budget and vectors > 1:
-            continue
-        tiles = -(-grid.positions // (lanes * vectors))
-        key = (tiles * (vectors + ENTRY_COST), tiles * vectors, vectors)
-        if best is None or key < best:
-            best = key
+    parts = [block] if exact_block else [b for b in (1, 2, 4, 8) if block % b == 0]
+    best: tuple[float, int, int, int, int] | None = None
+    for rows_per_entry in parts:
+        for vectors in TILE_VECTORS:
+            if vectors * rows_per_entry > budget and vectors > 1:
+                continue
+            tiles = -(-grid.positions // (lanes * vectors))
+            cost = tiles * (vectors + ENTRY_COST + rows_per_entry - 1) / rows_per_entry
+            key = (cost, tiles * vectors, -rows_per_entry, vectors, rows_per_entry)
+            if best is None or key < best:
+                best = key
     assert best is not None
-    vectors = best[2]
+    vectors, block = best[3], best[4]
     split = 2 if vectors * block <= 2 else 1
     cg = spec.weight_shape[1]
     per_channel = grid.touched(lanes * vectors) * DataType(spec.data_dtype).bits // 8
@@ -249,17 +260,18 @@ def plan(spec: ConvSpec, grid_for: Callable[[int], PixelGrid],
     grid positions; the tiling is chosen on a first draft, then the grid is laid out for
     whole tiles.
 
-    With the weight (compile-time constants) its row blocks (`row_block_of`) and density
-    (which bounds `chunks`) are read from it; the compute gets `block` from the constants'
-    shapes instead, and reads the chunks back too (`stored_tiling`), so both choose the
-    same tile.
+    With the weight (compile-time constants) its row blocks (`row_block_of`, which bound
+    the kernel's block) and density (which bounds `chunks`) are read from it; the compute
+    gets the block the constants were stored with from their shapes instead, and reads
+    the chunks back too (`stored_tiling`), so both choose the same tile.
     """
     entries = None
     if weight is not None:
         block = row_block_of(weight, spec)
         entries = np.count_nonzero(weight) / max(spec.out_channels, 1)
     draft = grid_for(padded_positions(grid_for(1).positions, accumulator_lanes(spec)))
-    tiling = _FORCED[0] or choose_tiling(spec, draft, entries, block or 1)
+    tiling = _FORCED[0] or choose_tiling(spec, draft, entries, block or 1,
+                                         exact_block=weight is None)
     return grid_for(padded_positions(draft.positions, tiling.pixels)), tiling
 
 
