@@ -12,14 +12,25 @@ imports only the target's own intrinsic modules (x86 for x86 CPUs: VNNI and AVX-
 products; arm_cpu for aarch64; cuda for CUDA). MetaSchedule's later
 `import tvm.s_tir.tensor_intrin` then finds it in `sys.modules`; any other submodule can
 still be imported by name.
+
+CUDA's own module still parses 366 functions, and each `inspect.stack()` looks up the
+source file of every frame on the stack; frames without a file on disk (the import
+machinery's) send `inspect.getmodule` through every loaded module. In a test process
+(pytest's deep stacks, torch and Lightning loaded) that took 82-125 s, in a plain
+script about one. The parser reads only the frames themselves, the first three frames'
+source lines and their line numbers (`tvm.script.parser.core.utils`), so during the
+import `inspect.stack` gives exactly that (`_parser_stack`): 1-2 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import types
+from collections.abc import Iterator
 
 PACKAGE = "tvm.s_tir.tensor_intrin"
 
@@ -63,6 +74,40 @@ def register_for(target: object) -> list[str]:
         import tvm.s_tir
 
         tvm.s_tir.tensor_intrin = package  # type: ignore[attr-defined]
-    for name in wanted:
-        importlib.import_module(f"{PACKAGE}.{name}")
+    with _parser_stack():
+        for name in wanted:
+            importlib.import_module(f"{PACKAGE}.{name}")
     return wanted
+
+
+#: Frames of `inspect.stack()` given source context: TVMScript's parser reads the line of
+#: `stack()[2]` (whether the function is defined in a decorated class) and nothing deeper.
+CONTEXT_FRAMES = 3
+
+
+@contextlib.contextmanager
+def _parser_stack() -> Iterator[None]:
+    """`inspect.stack` as TVMScript's parser uses it, without the per-frame source lookup
+    (see the module doc): every frame, the first `CONTEXT_FRAMES` with their source line,
+    the rest with file, line and function only."""
+    original = inspect.stack
+
+    def stack(context: int = 1) -> list[inspect.FrameInfo]:
+        frames: list[inspect.FrameInfo] = []
+        frame = sys._getframe(1)
+        while frame is not None:
+            if len(frames) < CONTEXT_FRAMES:
+                info = inspect.getframeinfo(frame, context)
+                frames.append(inspect.FrameInfo(frame, *info, positions=info.positions))
+            else:
+                code = frame.f_code
+                frames.append(inspect.FrameInfo(frame, code.co_filename, frame.f_lineno,
+                                                code.co_name, None, None))
+            frame = frame.f_back
+        return frames
+
+    inspect.stack = stack  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        inspect.stack = original  # type: ignore[assignment]
