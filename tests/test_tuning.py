@@ -199,6 +199,41 @@ def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
     assert [len(s) for s in group_sessions(jobs(csr, replace(csr, name="same"), dense))] == [3]
 
 
+def test_candidates_of_every_task_share_one_runner_worker(tmp_path: Path) -> None:
+    """Minimal and transferred candidates run on one runner worker (each `LocalRunner`
+    starts a process that imports TVM: 4-5 s, once per CSR or int8 task before), a task
+    with real arrays through a view that lends it its arguments (`ArgumentsRunner`): the
+    CSR kernel's minimal candidate, which random indices would send outside its input,
+    is measured through it."""
+    from dataclasses import replace
+
+    from dlas.compiler.build import make_target
+    from dlas.tuning.metaschedule.measure import ArgumentsRunner
+    from dlas.tuning.metaschedule.tasks import Task, extract
+
+    captured: list[Task] = []
+
+    def capture(mod, target):  # noqa: ANN001, ANN202 - the compile hook's signature
+        captured.extend(t for t in extract(mod, target) if t.algorithms)
+        return mod
+
+    compile_model(import_torch_model(_model(sparsity=0.8), SHAPE), _algorithm("direct_csr"),
+                  host_target(2), tmp_path / "a", schedule_hook=capture)
+    (csr,) = captured
+    spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
+    ctx = TuningContext(target=spec, budgets=Budgets(), work_dir=tmp_path / "work",
+                        say=lambda _line: None)
+    hook = metaschedule(MetaScheduleParams(trials=4, early_stopping=None), ctx)
+    view = hook._candidate_runner(csr)
+    shared = hook._candidate_runner(replace(csr, name="dense", constants={}))
+    assert isinstance(view, ArgumentsRunner) and view.shared is shared
+    assert hook._candidate_runner(replace(csr, name="other")).shared is shared
+    db = TuningDatabase(tmp_path / "db")
+    measured = hook._minimals(db, [csr], make_target(spec.tvm_target))
+    us, why = measured[csr.name]
+    assert us is not None and us > 0, why
+
+
 def test_real_arguments_copy_the_csr_arrays_in() -> None:
     import tvm
     from tvm.s_tir.meta_schedule.arg_info import TensorInfo

@@ -34,6 +34,7 @@ from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import (
+    ArgumentsRunner,
     EarlyStopping,
     RealArguments,
     SessionBudget,
@@ -289,16 +290,20 @@ class MetaScheduleHook:
 
     def _candidate_runner(self, task: Task) -> ms.runner.Runner:
         """The runner for candidates measured outside a session (minimal and transferred
-        schedules): one for every task without CSR arrays, one per task with them."""
+        schedules): one worker for every task, each task with CSR arrays (or other
+        integer constants) timed on its own values (`ArgumentsRunner`); on a board, a
+        runner per such task."""
         s = self.settings
         values = task.index_constants()
-        if values:  # the task's own CSR arrays: a runner of its own
+        if values and self.target.rpc is not None:
             return make_runner(self.target, s.timeouts, RealArguments(values),
                                s.runner_repeat, s.runner_number)
         if self._shared_runner is None:
             self._shared_runner = make_runner(self.target, s.timeouts, None,
                                               s.runner_repeat, s.runner_number)
-        return self._shared_runner
+        if not values:
+            return self._shared_runner
+        return ArgumentsRunner(self._shared_runner, RealArguments(values))
 
     def _transfer_todo(self, db: TuningDatabase, jobs: list[TuningJob]) -> list[TuningJob]:
         """The tasks transfer-tuning has something to offer: not yet offered, and with a
