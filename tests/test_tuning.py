@@ -169,13 +169,8 @@ def test_tasks_the_schedulers_first_round_cannot_reach_are_booked_without_a_spac
     assert again.report.count("reused") == 3, again.report.summary()
 
 
-def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
-        tmp_path: Path) -> None:
-    """The runner's allocator knows a candidate only by its argument signature, so two
-    CSR tasks alike in signature but with other arrays are tuned in two sessions."""
-    from dataclasses import replace
-
-    from dlas.tuning.metaschedule.plan import TuningJob, group_sessions
+def _csr_task(tmp_path: Path):  # noqa: ANN202 - a Task (imported where TVM is loaded)
+    """The one conv task of the tiny model pruned to 80%, compiled with `direct_csr`."""
     from dlas.tuning.metaschedule.tasks import Task, extract
 
     captured: list[Task] = []
@@ -187,6 +182,19 @@ def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
     compile_model(import_torch_model(_model(sparsity=0.8), SHAPE), _algorithm("direct_csr"),
                   host_target(2), tmp_path / "a", schedule_hook=capture)
     (csr,) = captured
+    return csr
+
+
+def test_csr_tasks_with_equal_signatures_but_other_arrays_get_separate_sessions(
+        tmp_path: Path) -> None:
+    """The runner's allocator knows a candidate only by its argument signature, so two
+    CSR tasks alike in signature but with other arrays are tuned in two sessions."""
+    from dataclasses import replace
+
+    from dlas.tuning.metaschedule.plan import TuningJob, group_sessions
+    from dlas.tuning.metaschedule.tasks import Task
+
+    csr = _csr_task(tmp_path)
     assert csr.index_constants()
     other = replace(csr, name="other", constants={
         i: (v[::-1].copy() if v.dtype.kind == "f" else v) for i, v in csr.constants.items()})
@@ -209,17 +217,8 @@ def test_candidates_of_every_task_share_one_runner_worker(tmp_path: Path) -> Non
 
     from dlas.compiler.build import make_target
     from dlas.tuning.metaschedule.measure import ArgumentsRunner
-    from dlas.tuning.metaschedule.tasks import Task, extract
 
-    captured: list[Task] = []
-
-    def capture(mod, target):  # noqa: ANN001, ANN202 - the compile hook's signature
-        captured.extend(t for t in extract(mod, target) if t.algorithms)
-        return mod
-
-    compile_model(import_torch_model(_model(sparsity=0.8), SHAPE), _algorithm("direct_csr"),
-                  host_target(2), tmp_path / "a", schedule_hook=capture)
-    (csr,) = captured
+    csr = _csr_task(tmp_path)
     spec = TargetSpec(name="host", tvm_target=host_target(2), num_threads=2)
     ctx = TuningContext(target=spec, budgets=Budgets(), work_dir=tmp_path / "work",
                         say=lambda _line: None)
