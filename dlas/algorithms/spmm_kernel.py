@@ -195,9 +195,10 @@ def choose_tiling(spec: ConvSpec, grid: PixelGrid, entries_per_row: float | None
     rows fit the accumulator budget (half the SIMD registers); ties go to fewer padded
     positions, then the larger block (fewer stored entries), then the smaller tile.
     Measured (AMD EPYC Zen 3, AVX2, 2 threads, ResNet18-w0.5's 3x3 convs with 8x1 blocks
-    at 80%): a tile of 1 vector x 8 rows, eight broadcasts per input load, took 104, 66,
-    57 and 62 us at 32x32, 16x16, 8x8 and 4x4 where 2 vectors x 4 rows took 60, 49, 52
-    and 53. split: 2 when the tile has at most 2 accumulators. chunks: in-group channels
+    at 80%, in place at 32x32 and over spatial pack's planes below, as `mixed_csr` takes
+    them): a tile of 1 vector x 8 rows, eight broadcasts per input load, took 104, 69, 57
+    and 64 us at 32x32, 16x16, 8x8 and 4x4 where 2 vectors x 4 rows took 60, 49, 52 and
+    53. split: 2 when the tile has at most 2 accumulators. chunks: in-group channels
     per chunk so a tile's input of one chunk stays within `CHUNK_BYTES`, but no more
     chunks than keep `MIN_SEGMENT` entries in each of a row's (known when the weight is:
     `entries_per_row`). rows: the largest multiple of the block dividing the output
