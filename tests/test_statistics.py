@@ -5,6 +5,7 @@ interval must bracket or the verdict must reach."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -14,6 +15,7 @@ from dlas.results.statistics import (
     Comparison,
     GroupKey,
     Interval,
+    _Nested,
     compare,
     log_ratio,
     median_ci,
@@ -125,6 +127,28 @@ def test_interval_resamples_whole_runs() -> None:
     assert (wide.runs, wide.rounds) == (3, 30)
     assert wide.low < 1.05 and wide.high > 1.25
     assert narrow.width < 0.05
+
+
+@pytest.mark.parametrize("runs", [1, 2, 4])
+def test_each_resample_median_is_the_median_of_the_rounds_it_drew(runs: int) -> None:
+    """The resamples are kept as counts of rounds and their medians taken as weighted
+    medians of the samples sorted once; each must equal the plain median of the samples of
+    the rounds drawn, repeats included, for rounds of unequal size, odd and even totals."""
+    rng = np.random.default_rng(11)
+    data = {(f"r{r}", i): rng.normal(1.0, 0.1, int(rng.integers(1, 9))).tolist()
+            for r in range(runs) for i in range(3 + r)}
+    nested = _Nested(data)
+    counts = nested.picks(np.random.default_rng(0), 200)
+    rows = [samples for _, samples in sorted(data.items())]
+    expected = [float(np.median([s for row, c in zip(rows, drawn, strict=True)
+                                 for s in row * int(c)])) for drawn in counts]
+    assert counts.shape == (200, len(rows))
+    assert np.allclose(nested.medians(counts), expected, rtol=0, atol=1e-15)
+    if runs >= 3:  # runs drawn first: a resample holds as many rounds as the runs it drew
+        sizes = [3 + r for r in range(runs)]
+        totals = {sum(c) for c in itertools.combinations_with_replacement(sizes, runs)}
+        assert set(counts.sum(axis=1).tolist()) <= totals
+        assert len(set(counts.sum(axis=1).tolist())) > 1
 
 
 def test_interval_helpers() -> None:

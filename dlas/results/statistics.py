@@ -96,22 +96,28 @@ class Interval:
 
 
 class _Nested:
-    """Grouped samples laid out for vectorised resampling: one row per round (padded
-    with NaN), and which rows belong to which run."""
+    """Grouped samples laid out for vectorised resampling.
+
+    A resample is a multiset of rounds, so it is held as counts (how often each round was
+    drawn), and its pooled median is a weighted median over the samples sorted once:
+    each sample weighs its round's count. That gives exactly the median of the pooled
+    resampled samples without building them, for every resample at once (the per-resample
+    loop this replaced took about a second per row of a sweep on a Zen 3)."""
 
     def __init__(self, groups: Mapping[GroupKey, Sequence[float]]) -> None:
         runs: dict[str, list[np.ndarray]] = {}
         for (run, _), samples in sorted(groups.items()):
             if len(samples):
                 runs.setdefault(run, []).append(np.asarray(samples, dtype=np.float64))
-        self.run_sizes = [len(rounds) for rounds in runs.values()]
+        self.run_sizes = np.array([len(rounds) for rounds in runs.values()], dtype=np.int64)
         rows = [r for rounds in runs.values() for r in rounds]
-        width = max((r.size for r in rows), default=0)
-        self.matrix = np.full((len(rows), width), np.nan)
-        for i, r in enumerate(rows):
-            self.matrix[i, : r.size] = r
-        self.offsets = np.cumsum([0, *self.run_sizes[:-1]]).astype(int)
-        self.uniform = all(r.size == width for r in rows)
+        self.offsets = np.cumsum([0, *self.run_sizes[:-1]]).astype(np.int64)
+        values = np.concatenate(rows) if rows else np.empty(0)
+        round_of = np.repeat(np.arange(len(rows)), [r.size for r in rows])
+        order = np.argsort(values, kind="stable")
+        self.sorted_values = values[order]
+        self.sorted_rounds = round_of[order]
+        self.round_count = len(rows)
 
     @property
     def runs(self) -> int:
@@ -119,29 +125,45 @@ class _Nested:
 
     @property
     def rounds(self) -> int:
-        return int(self.matrix.shape[0])
+        return self.round_count
 
-    def picks(self, rng: np.random.Generator, resamples: int) -> np.ndarray | list[np.ndarray]:
-        """Row indices of each resample: rounds with replacement within each run; with
-        three or more runs, the runs with replacement first (then a list of arrays, as
-        resamples differ in length)."""
+    def picks(self, rng: np.random.Generator, resamples: int) -> np.ndarray:
+        """How often each resample drew each round, (resamples, rounds): rounds with
+        replacement within each run; with three or more runs, the runs with replacement
+        first, then the rounds of each run drawn."""
         if self.runs < 3:
-            parts = [rng.integers(0, n, size=(resamples, n)) + off
-                     for n, off in zip(self.run_sizes, self.offsets, strict=True)]
-            return np.concatenate(parts, axis=1)
-        out = []
-        for _ in range(resamples):
-            chosen = rng.integers(0, self.runs, self.runs)
-            out.append(np.concatenate([rng.integers(0, self.run_sizes[r], self.run_sizes[r])
-                                       + self.offsets[r] for r in chosen]))
-        return out
+            drawn = np.concatenate(
+                [rng.integers(0, n, size=(resamples, n)) + off
+                 for n, off in zip(self.run_sizes, self.offsets, strict=True)], axis=1)
+            valid = np.ones(drawn.shape, dtype=bool)
+        else:
+            chosen = rng.integers(0, self.runs, size=(resamples, self.runs))
+            sizes = self.run_sizes[chosen][..., None]
+            widest = int(self.run_sizes.max())
+            drawn = (rng.integers(0, np.broadcast_to(sizes, (*chosen.shape, widest)))
+                     + self.offsets[chosen][..., None])
+            valid = np.arange(widest) < sizes
+        which = np.arange(resamples).reshape((-1,) + (1,) * (drawn.ndim - 1))
+        flat = (which * self.rounds + drawn)[np.broadcast_to(valid, drawn.shape)]
+        return np.bincount(flat, minlength=resamples * self.rounds).reshape(
+            resamples, self.rounds)
 
-    def medians(self, picks: np.ndarray | list[np.ndarray]) -> np.ndarray:
-        """The pooled median of each resample's rounds."""
-        if isinstance(picks, np.ndarray):
-            taken = self.matrix[picks].reshape(picks.shape[0], -1)
-            return np.median(taken, axis=1) if self.uniform else np.nanmedian(taken, axis=1)
-        return np.array([np.nanmedian(self.matrix[p]) for p in picks])
+    def medians(self, counts: np.ndarray) -> np.ndarray:
+        """The pooled median of each resample (a row of `picks`' counts)."""
+        weights = np.cumsum(counts[:, self.sorted_rounds], axis=1)
+        total = weights[:, -1]
+        # rows laid end to end, each lifted above the last, so one search finds every
+        # row's sample of a given rank: the first whose running weight exceeds it
+        lift = (np.arange(len(counts), dtype=np.int64) * (int(total.max()) + 1))[:, None]
+        flat = (weights + lift).ravel()
+        base = lift[:, 0]
+        n = weights.shape[1]
+
+        def at_rank(rank: np.ndarray) -> np.ndarray:
+            pos = np.searchsorted(flat, base + rank, side="right") - np.arange(len(counts)) * n
+            return self.sorted_values[pos]
+
+        return (at_rank((total - 1) // 2) + at_rank(total // 2)) / 2.0
 
 
 def median_ci(groups: Mapping[GroupKey, Sequence[float]], *, confidence: float = CONFIDENCE,
