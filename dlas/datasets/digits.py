@@ -9,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits as _sklearn_load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import Subset, TensorDataset
 
 from dlas.datasets.base import DatasetBundle
@@ -42,6 +40,12 @@ def load_digits(
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    # imported here: scikit-learn (with SciPy) takes 1.5 s to import on a Zen 3, and every
+    # process that registers the plugins (timing workers, compile helpers) imports this
+    # module without loading the data
+    from sklearn.datasets import load_digits as _sklearn_load_digits
+    from sklearn.model_selection import train_test_split
+
     raw = _sklearn_load_digits()
     pixels, labels = raw.data, raw.target.astype(np.int64)
     train_idx, test_idx = train_test_split(
