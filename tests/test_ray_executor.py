@@ -202,6 +202,19 @@ def test_candidate_builds_fan_out_over_the_cluster_and_run_here(cluster) -> None
     assert ray.get(ray.remote(fan_out_possible).options(num_cpus=1).remote())
 
 
+def test_a_process_that_is_no_ray_task_learns_it_without_importing_ray() -> None:
+    """Every tuned point of a local sweep asks whether to fan builds out; the answer must
+    not cost Ray's import (1.4 s on a Zen 3) in a process that never imported it."""
+    import subprocess
+    import sys
+
+    check = ("import sys; from dlas.tuning.metaschedule.ray_builder import fan_out_possible; "
+             "assert not fan_out_possible(); assert 'ray' not in sys.modules, 'ray imported'")
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 RAY_DRIVER = """
 import json, signal, sys
 # Ctrl-C raises KeyboardInterrupt, as in a terminal (a background job of a

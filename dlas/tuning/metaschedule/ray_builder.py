@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -45,11 +46,10 @@ def build_remotely(f_build: Callable[..., Any], mod: Any, target: Any,
 
 def fan_out_possible() -> bool:
     """Whether this process is a Ray task on a cluster with CPUs on other nodes."""
-    try:
-        import ray
-    except ImportError:
-        return False
-    if not ray.is_initialized():
+    # A Ray task's process has imported Ray already; any other need not pay for the
+    # import (1.4 s on a Zen 3, in every tuned point of a local sweep) to learn it is not one.
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
         return False
     context = ray.get_runtime_context()
     if context.worker.mode != ray.WORKER_MODE:
