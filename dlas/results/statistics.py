@@ -135,16 +135,16 @@ class _Nested:
             drawn = np.concatenate(
                 [rng.integers(0, n, size=(resamples, n)) + off
                  for n, off in zip(self.run_sizes, self.offsets, strict=True)], axis=1)
-            valid = np.ones(drawn.shape, dtype=bool)
+            flat = (np.arange(resamples)[:, None] * self.rounds + drawn).ravel()
         else:
             chosen = rng.integers(0, self.runs, size=(resamples, self.runs))
             sizes = self.run_sizes[chosen][..., None]
             widest = int(self.run_sizes.max())
             drawn = (rng.integers(0, np.broadcast_to(sizes, (*chosen.shape, widest)))
                      + self.offsets[chosen][..., None])
-            valid = np.arange(widest) < sizes
-        which = np.arange(resamples).reshape((-1,) + (1,) * (drawn.ndim - 1))
-        flat = (which * self.rounds + drawn)[np.broadcast_to(valid, drawn.shape)]
+            # each chosen run fills only its own size of the `widest` slots
+            valid = np.broadcast_to(np.arange(widest) < sizes, drawn.shape)
+            flat = (np.arange(resamples)[:, None, None] * self.rounds + drawn)[valid]
         return np.bincount(flat, minlength=resamples * self.rounds).reshape(
             resamples, self.rounds)
 
