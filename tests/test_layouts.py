@@ -276,6 +276,10 @@ def test_simd_width_follows_the_target_not_this_machine() -> None:
 
     assert simd({"kind": "llvm", "mcpu": "znver1"}) == Simd(256, 16)
     assert simd({"kind": "llvm", "mcpu": "skylake-avx512"}) == Simd(512, 32)
+    # Zen 4: 512-bit registers (kernels shaped for them), 256-bit multiply-add units
+    zen4 = simd({"kind": "llvm", "mcpu": "znver4"})
+    assert (zen4.bits, zen4.registers, zen4.fma_bits) == (512, 32, 256)
+    assert simd({"kind": "llvm", "mcpu": "cascadelake"}).fma_bits == 512
     assert simd({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]}) \
         == Simd(128, 32)
     algorithm = registry.create("algorithms", "direct", {"layout": "NCHWc"})

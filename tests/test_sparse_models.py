@@ -103,21 +103,25 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
 
 
-@pytest.mark.parametrize(("bits", "registers"), [(512, 32), (256, 16), (128, 16)])
-def test_mixed_crossover_follows_the_simd_width(bits: int, registers: int) -> None:
-    """The density from which a conv is computed dense is the SIMD width's (narrower
-    vectors favour the sparse kernel: measured 0.35 with AVX-512, 0.55 with AVX2; 128-bit
-    takes the nearest), whichever CPU runs the test; a set `dense_above` wins."""
+@pytest.mark.parametrize(("bits", "registers", "datapath"),
+                         [(512, 32, None), (256, 16, None), (128, 16, None), (512, 32, 256)])
+def test_mixed_crossover_follows_the_fma_width(bits: int, registers: int,
+                                               datapath: int | None) -> None:
+    """The density from which a conv is computed dense is the FMA units' width's
+    (narrower units favour the sparse kernel: measured 0.35 with Cascade Lake's AVX-512,
+    0.55 with AVX2 and with Zen 4's AVX-512 on 256-bit units; 128-bit takes the nearest),
+    whichever CPU runs the test; a set `dense_above` wins."""
     spec = ConvSpec(data_shape=(1, 64, 16, 16), weight_shape=(64, 64, 3, 3), strides=(1, 1),
                     padding=(1, 1, 1, 1), dilation=(1, 1), groups=1, data_dtype="float32",
                     weight_dtype="float32", out_dtype="float32")
     weight = np.zeros(spec.weight_shape, dtype="float32")
     weight.reshape(-1)[: int(0.45 * weight.size)] = 1.0  # density 0.45: between the two
-    expected = DENSE_ABOVE_BY_BITS[512 if bits == 512 else 256]
-    with forced_simd(bits, registers):
+    full = bits == 512 and datapath is None
+    expected = DENSE_ABOVE_BY_BITS[512 if full else 256]
+    with forced_simd(bits, registers, datapath):
         assert default_dense_above() == expected
         reason = MixedCSRConv().keeps_nchw(spec, weight)
-        assert (reason is not None) == (bits < 512)  # sparse (kept NCHW) below 512 bits
+        assert (reason is not None) == (not full)  # sparse (kept NCHW) below 512 bits
         if reason is not None:
             assert f"< {expected:g}" in reason
         assert MixedCSRConv(dense_above=0.4).keeps_nchw(spec, weight) is None

@@ -8,8 +8,8 @@ an order of magnitude faster. One algorithm for the whole model, as the paper co
 them, makes the sparse kernel pay for the layers pruning barely touched.
 
 So, per conv, by the weight's density (its non-zeros over its weights, known at compile
-time): from `dense_above` up (by default the target's SIMD width's, `DENSE_ABOVE_BY_BITS`),
-the dense direct micro-kernel in NCHWc
+time): from `dense_above` up (by default the value for the width of the target's FMA
+units, `DENSE_ABOVE_BY_BITS`), the dense direct micro-kernel in NCHWc
 (`dlas.algorithms.direct`, the fastest dense untuned variant); below it, the pixel-tile
 sparse kernel, which computes in NCHW: over the padded input in place (`direct_csr`) for
 stride-1 convs at least `WIDE` pixels wide, where spatial pack's three column planes
@@ -39,25 +39,30 @@ from .spatial_pack import SpatialPackCSRConv
 
 #: Output width from which a stride-1 sparse conv reads its input in place.
 WIDE = 32
-#: Default density from which a conv takes the dense kernel, per SIMD width in bits: where
-#: the two kernels met on ResNet18-w0.5's convs, 2 threads (`dlas profile`, global and per
-#: layer pruning at 80 and 90%). The crossover moves with the vector: the dense
-#: micro-kernel's throughput scales with the lanes, the sparse kernel's per-entry work (its
-#: offset, the broadcast value) does not, so narrower vectors favour the sparse kernel.
+#: Default density from which a conv takes the dense kernel, per width of the FMA units in
+#: bits (`Simd.fma_bits`): where the two kernels met on ResNet18-w0.5's convs, 2 threads
+#: (`dlas profile`, and sweeps of `dense_above`, global and per layer pruning at 80 and
+#: 90%). The crossover moves with the multiply-add throughput: the dense micro-kernel's
+#: scales with the lanes its units complete, the sparse kernel's per-entry work (its
+#: offset, the broadcast value) does not, so narrower units favour the sparse kernel.
 #: - 512 (Xeon Cascade Lake, AVX-512): the sparse kernel 1.1-1.6x slower at 0.58 density,
 #:   even at about 0.4, 2x faster at 0.18.
 #: - 256 (AMD EPYC Zen 3, AVX2): the sparse kernel 1.08x slower at 0.58 (32x32) and 1.2x at
 #:   0.67; 1.06x faster at 0.56 (16x16, stride 2), 1.1x at 0.52 and 1.4x at 0.40 (16x16);
 #:   with 0.35, a 90% global ResNet18 computed its 0.40-density stage dense and took
 #:   1.729 ms against 1.537 all sparse.
+#: - 256 (AMD EPYC Zen 4: 512-bit registers, 256-bit units): one sweep of `dense_above`
+#:   0.35 / 0.55 / 0.7 / 1.0 took ResNet18-w0.5 pruned 90% globally 1.004 / 0.895 / 1.071
+#:   / 1.019 ms, 80% 1.164 / 1.035 / 1.302 / 1.321, block 16x1 80% 1.135 / 1.014 / 0.991
+#:   / 1.103 (dense 1.554): the AVX2 crossover, not Cascade Lake's.
 #: Other widths (128-bit SSE and Neon) are unmeasured and take the nearest (256).
 DENSE_ABOVE_BY_BITS = {512: 0.35, 256: 0.55}
 
 
 def default_dense_above() -> float:
-    """The default crossover density for the current target's SIMD width
+    """The default crossover density for the width of the current target's FMA units
     (`dlas.tir.schedule_helpers.target_simd`; forced in tests)."""
-    bits = target_simd().bits
+    bits = target_simd().fma_bits
     return DENSE_ABOVE_BY_BITS[min(DENSE_ABOVE_BY_BITS, key=lambda b: abs(b - bits))]
 
 
@@ -79,7 +84,7 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
         super().__init__("NCHWc", block)
         if dense_above is not None and not 0.0 <= dense_above <= 1.0:
             raise ValueError(f"dense_above must be a density in [0, 1], got {dense_above}")
-        #: None: the target's SIMD width decides (`default_dense_above`), when asked,
+        #: None: the target's FMA width decides (`default_dense_above`), when asked,
         #: inside the compiler's `with target`.
         self.dense_above = dense_above
         self.dense = DirectConv(layout="NCHWc", block=block)

@@ -170,8 +170,9 @@ class MixedParams(BaseModel):
         description="weight density (non-zeros / weights) from which a conv takes the "
                     "dense NCHWc micro-kernel; below it, the NCHW pixel-tile sparse kernel "
                     "(0: every conv dense, 1: every conv with a zero weight sparse; "
-                    "default: where the two met for the target's SIMD width, 0.35 with "
-                    "AVX-512 and 0.55 with AVX2)")
+                    "default: where the two met for the width of the target's FMA units, "
+                    "0.35 with 512 bits (Intel AVX-512) and 0.55 with 256 (AVX2, and AMD "
+                    "Zen 4, which runs AVX-512 on 256-bit units))")
     block: int | None = Field(
         None, description="NCHWc channels per block of the dense convs (default: the "
                           "target's SIMD width in float32 lanes)")

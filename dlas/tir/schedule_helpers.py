@@ -34,12 +34,29 @@ MAX_WHOLE_VECTOR = 64
 DEFAULT_VECTOR_BITS = 256
 
 
+#: x86 CPUs (LLVM names) that run each 512-bit operation on 256-bit units, in two halves:
+#: AMD Zen 4. Their registers are 512 bits wide, their multiply-add throughput per cycle
+#: is AVX2's.
+HALF_RATE_512 = frozenset({"znver4"})
+
+
 @dataclass(frozen=True)
 class Simd:
-    """The vector unit kernels are shaped for: register width and register count."""
+    """The vector unit kernels are shaped for: register width and register count, and the
+    width of the units that execute them (`datapath_bits`, None: the registers' width).
+
+    Kernels are shaped by the registers; a choice that weighs the dense micro-kernel's
+    throughput against another kernel's (`mixed_csr`'s crossover) reads `fma_bits`.
+    """
 
     bits: int
     registers: int
+    datapath_bits: int | None = None
+
+    @property
+    def fma_bits(self) -> int:
+        """Bits of vector multiply-add the unit completes per instruction slot."""
+        return self.datapath_bits or self.bits
 
 
 #: Set by tests (`forced_simd`) to take the AVX-512 or the AVX2 path on any machine: the
@@ -48,9 +65,10 @@ _FORCED: ContextVar[Simd | None] = ContextVar("dlas_forced_simd", default=None)
 
 
 @contextmanager
-def forced_simd(bits: int, registers: int) -> Iterator[None]:
+def forced_simd(bits: int, registers: int, datapath_bits: int | None = None
+                ) -> Iterator[None]:
     """Schedules inside shape their kernels for this vector unit instead of the target's."""
-    token = _FORCED.set(Simd(bits, registers))
+    token = _FORCED.set(Simd(bits, registers, datapath_bits))
     try:
         yield
     finally:
@@ -71,7 +89,8 @@ def target_simd(target: Target | None = None) -> Simd:
     `with target`).
 
     On x86 the target's LLVM features decide: AVX-512F 512 bits x 32 registers, AVX 256 x
-    16, else SSE's 128 x 16. `llvm_get_vector_width` would answer 512 for every x86 mcpu in
+    16, else SSE's 128 x 16; the mcpu says where 512-bit vectors run on 256-bit units
+    (`HALF_RATE_512`). `llvm_get_vector_width` would answer 512 for every x86 mcpu in
     TVM 0.27 (znver1 and haswell included), so it is asked only for other architectures
     (AArch64: Neon's 128 bits x 32 registers).
     """
@@ -85,7 +104,8 @@ def target_simd(target: Target | None = None) -> Simd:
     if triple.startswith(("x86_64", "i686", "i386")):
         features = target_features(target)
         if "avx512f" in features:
-            return Simd(512, 32)
+            mcpu = str(target.attrs.get("mcpu", "") or "")
+            return Simd(512, 32, 256 if mcpu in HALF_RATE_512 else None)
         return Simd(256 if "avx" in features else 128, 16)
     bits = llvm_get_vector_width(target)
     return Simd(bits if bits > 0 else 128, 32 if triple.startswith("aarch64") else 16)
