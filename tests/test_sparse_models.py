@@ -103,6 +103,30 @@ def test_mixed_takes_the_sparse_kernel_where_the_weight_is_sparse(tmp_path: Path
     assert not any("pixel-tile" in line for line in everything.layout["kept_nchw"])
 
 
+def test_a_dense_conv_between_sparse_ones_stays_nchw(tmp_path: Path) -> None:
+    """MobileNetV2 pruned in its 1x1 convs alone (Elsen et al.'s recipe): `mixed_csr`
+    keeps the sparse 1x1 convs NCHW, and each dense depthwise conv between two of them
+    is computed by `direct` in NCHW too (the layout pass sees its neighbours), so the
+    blocks run without reorders; the model still computes what PyTorch does."""
+    model = make_permanent(PRUNINGS["pointwise"](copy.deepcopy(_model("mobilenetv2")))).eval()
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        ref = model(x).numpy()
+    imported = import_torch_model(model, (1, 3, 32, 32))
+    compiled = compile_model(imported, MixedCSRConv(), host_target(), tmp_path)
+    layout = compiled.layout
+    between = [line for line in layout["kept_nchw"] if "between convs kept in NCHW" in line]
+    sparse = [line for line in layout["kept_nchw"] if "pixel-tile sparse kernel" in line]
+    assert len(between) >= 10 and all("direct in NCHW" in line for line in between)
+    # a reorder pair around each dense depthwise conv, as before, would be 2 per conv
+    reorders = sum(layout["to_nchw"].values()) + sum(layout["to_layout"].values())
+    assert reorders < len(between)
+    assert len(sparse) >= len(between)
+    got = run_batch(load_vm(compiled.executable_path), x.numpy())
+    check = verify_outputs(got, ref)
+    assert check.passed, check.explain()
+
+
 @pytest.mark.parametrize(("bits", "registers", "datapath"),
                          [(512, 32, None), (256, 16, None), (128, 16, None), (512, 32, 256)])
 def test_mixed_crossover_follows_the_fma_width(bits: int, registers: int,

@@ -114,6 +114,17 @@ class ConvAlgorithm(ABC):
         """
         return None
 
+    def between_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
+        """Why this algorithm computes in NCHW a conv it would take into the model's
+        layout, when the conv reads an NCHW input and every conv after it is kept NCHW
+        (`spec` is the conv's NCHW spec); None, the default: the layout, with a reorder
+        on each side.
+
+        The layout pass asks it only there, so an algorithm that keeps some convs NCHW
+        (`keeps_nchw`) can spare the reorders around a conv between two of them.
+        """
+        return None
+
     def fallback(self) -> ConvAlgorithm | None:
         """The algorithm for convs this one does not support (documented per option).
 

@@ -270,6 +270,14 @@ class ConvLegalizer:
             return None
         return reason
 
+    def between_nchw_reason(self, spec: ConvSpec, weight: np.ndarray | None = None
+                            ) -> str | None:
+        """Why a conv between convs kept in NCHW, laid out as `spec` (NCHW), is computed
+        in NCHW too (`ConvAlgorithm.between_nchw`; None where the algorithm cannot)."""
+        if self.algorithm.unsupported_reason(spec) is not None:
+            return None
+        return self.algorithm.between_nchw(spec, weight)
+
     @staticmethod
     def _reason(algorithm: ConvAlgorithm, spec: ConvSpec,
                 weight_value: np.ndarray | None) -> str | None:
@@ -344,7 +352,9 @@ def lower_to_tir(
                 mod, trace.fold = fold_constants(mod)
         with trace.phase("lower"):
             layout = model_layout(algorithm, target)
-            mod, trace.layout = convert_layout(mod, layout, legalizer.layout_reason)
+            mod, trace.layout = convert_layout(
+                mod, layout, legalizer.layout_reason,
+                neighbour_reason=legalizer.between_nchw_reason)
             mod = qparams_as_tensors(mod)  # layers that differ in scales share a function
             legalize = relax.transform.LegalizeOps(
                 customize_legalize_map={"relax.nn.conv2d": legalizer})

@@ -15,7 +15,12 @@ did):
   constant operands are stored in the layout here, in numpy; max/average pooling; the
   global average pool (a mean over H and W);
 * everything else (the flatten before the classifier, a grouped conv, ...) gets its
-  input reordered back to NCHW, once per value, and the model's outputs are NCHW.
+  input reordered back to NCHW, once per value, and the model's outputs are NCHW;
+* an elementwise op with operands in both forms stays in NCHW where that costs fewer
+  reorders, counting those its result's convs will need (`_stays_nchw`): behind
+  sparse convs kept in NCHW, the residual path follows them instead of bouncing into
+  the layout and back; and a conv between convs kept in NCHW stays NCHW where the
+  algorithm computes it so (`_between_nchw`).
 
 Reorders are therefore only at the model's edges and around ops with no form in the
 layout, never between two convs; `LayoutReport` counts them and says where they are.
@@ -127,12 +132,15 @@ class _Rewriter:
     """Rewrites one Relax function binding by binding (see the module docstring)."""
 
     def __init__(self, bb: relax.BlockBuilder, layout: DataLayout, conv_reason: ConvReason,
-                 report: LayoutReport) -> None:
+                 report: LayoutReport, neighbour_reason: ConvReason | None = None) -> None:
         self.bb, self.layout, self.conv_reason, self.report = bb, layout, conv_reason, report
+        self.neighbour_reason = neighbour_reason
         self.vars: dict[relax.Var, relax.Expr] = {}  # old var -> new NCHW var
         self.stored: dict[relax.Var, _Stored] = {}  # old var -> its form in the layout
         self.convs = 0
         self.in_dataflow = False
+        #: each variable's users in the function (`wanted`), set by `convert_layout`
+        self.users: dict[relax.Var, list[relax.VarBinding]] = {}
 
     # -- NCHW forms ---------------------------------------------------------------------
     def nchw(self, expr: relax.Expr, user: str) -> relax.Expr:
@@ -208,7 +216,7 @@ class _Rewriter:
                                                 binding.ty, var.name)
             return
         value = binding.value
-        stored = self._in_layout(value) if isinstance(value, relax.Call) else None
+        stored = self._in_layout(value, var) if isinstance(value, relax.Call) else None
         if stored is None:
             user = _user(value) if isinstance(value, relax.Call) else type(value).__name__
             new = self.nchw(value, user)
@@ -227,12 +235,13 @@ class _Rewriter:
             return self.bb.emit_output(expr, var.name)
         return self.bb.emit(expr, var.name)
 
-    def _in_layout(self, call: relax.Call) -> tuple[relax.Expr, tuple[int, ...]] | None:
+    def _in_layout(self, call: relax.Call, var: relax.Var
+                   ) -> tuple[relax.Expr, tuple[int, ...]] | None:
         """The call rewritten to compute in the layout, and its logical shape; None when
         it stays NCHW."""
         name = _op_name(call)
         if name == "relax.nn.conv2d":
-            return self._conv(call)
+            return self._conv(call, var)
         out_shape = _shape(call)
         if out_shape is None or len(out_shape) != 4:
             return None
@@ -243,14 +252,16 @@ class _Rewriter:
             args = [self.stored[first].var, *[self.nchw(a, _user(call)) for a in call.args[1:]]]
             return relax.Call(call.op, args, call.attrs, call.ty_args), out_shape
         if name in BINARY_OPS:
-            return self._binary(call, out_shape)
+            return self._binary(call, out_shape, var)
         if name in POOL_OPS or name == "relax.nn.adaptive_avg_pool2d":
             return self._pool(call, out_shape)
         return None
 
-    def _binary(self, call: relax.Call, out_shape: tuple[int, ...]
+    def _binary(self, call: relax.Call, out_shape: tuple[int, ...], var: relax.Var
                 ) -> tuple[relax.Expr, tuple[int, ...]] | None:
         if not any(isinstance(a, relax.Var) and a in self.stored for a in call.args):
+            return None
+        if self._stays_nchw(call.args, var):
             return None
         channels = out_shape[1]
         pad = 1.0 if _op_name(call) == "relax.divide" else 0.0
@@ -271,6 +282,31 @@ class _Rewriter:
                 return None
             args.append(stored.var)
         return relax.Call(call.op, args, call.attrs, call.ty_args), out_shape
+
+    def _stays_nchw(self, args: Any, var: relax.Var) -> bool:
+        """Whether an elementwise op with a stored operand costs fewer reorders computed
+        in NCHW: each stored operand without an NCHW form (one a conv kept in NCHW made
+        already is free) and a later reorder where its result flows into a conv in the
+        layout, against each NCHW-only operand and a later reorder where the result
+        flows into a conv kept in NCHW (`wanted`). Ties keep the layout.
+
+        The case is a residual add behind convs kept in NCHW (`mixed_csr`'s sparse
+        convs). In the layout, the add reordered the sparse conv's output into it and the
+        next block's sparse conv reordered it back: two reorders per residual block
+        (ResNet18-w0.5 at 90% global: 12 reorders, 73 us of 1.67 ms, Zen 3). In NCHW a
+        run of such blocks pays one reorder on the way in and one on the way out."""
+        to_nchw = to_layout = 0
+        for arg in args:
+            if not isinstance(arg, relax.Var):
+                continue  # a constant: stored in either form for free
+            if arg in self.stored:
+                to_nchw += arg not in self.vars
+            elif (shape := _shape(arg)) is not None and len(shape) == 4:
+                to_layout += 1
+        if not to_layout:
+            return False  # all stored already: the layout reorders nothing
+        wanted = self.wanted(var)
+        return to_nchw + ("layout" in wanted) < to_layout + ("nchw" in wanted)
 
     def _pool(self, call: relax.Call, out_shape: tuple[int, ...]
               ) -> tuple[relax.Expr, tuple[int, ...]] | None:
@@ -312,70 +348,139 @@ class _Rewriter:
         shape = _shape(call)
         return pooled if shape == (n, c, 1, 1) else relax.op.reshape(pooled, shape)
 
-    def _conv(self, call: relax.Call) -> tuple[relax.Expr, tuple[int, ...]] | None:
+    def _conv(self, call: relax.Call, var: relax.Var
+              ) -> tuple[relax.Expr, tuple[int, ...]] | None:
         index = self.convs
         self.convs += 1
-        attrs = call.attrs
-        data, weight = call.args
-        layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
-        data_shape, value = _shape(data), constant_value(weight)
-        why = None
-        if layouts != ("NCHW", "OIHW", "NCHW"):
-            why = f"already in layout {layouts}"
-        elif data_shape is None or value is None:
-            why = "dynamic shape or a weight that is not a compile-time constant"
-        if why is not None:
-            self.report.kept_nchw.append(f"conv {index}: {why}")
-            return None
-        layout, groups = self.layout, int(attrs.groups)
-        n, c, h, w = data_shape
-        o = value.shape[0]
-        depthwise = groups > 1 and groups == c == o
+        data = call.args[0]
         stored = isinstance(data, relax.Var) and data in self.stored
-        reads_nchw = (layout.kind == "NCHWc" and not stored and not depthwise
-                      and c < layout.block)
-        data_layout = NCHW if reads_nchw else layout
-        in_c, out_c = data_layout.physical_channels(c), layout.physical_channels(o)
-        if depthwise:
-            padded = np.zeros((out_c, 1, *value.shape[2:]), value.dtype)
-            groups = out_c
-        else:
-            padded = np.zeros((out_c, in_c // groups if groups > 1 else in_c,
-                               *value.shape[2:]), value.dtype)
-        padded[:o, :value.shape[1]] = value
-        out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else ""
-        spec = ConvSpec(
-            data_shape=(n, in_c, h, w), weight_shape=tuple(padded.shape),
-            strides=tuple(int(v) for v in attrs.strides),
-            padding=tuple(int(v) for v in attrs.padding),
-            dilation=tuple(int(v) for v in attrs.dilation), groups=groups,
-            data_dtype=_dtype(data), weight_dtype=str(value.dtype),
-            out_dtype=out_dtype or _dtype(call), data_layout=data_layout.name,
-            out_layout=layout.name)
-        why = self.conv_reason(spec, value)
+        plan = _plan_conv(call, self.layout, stored)
+        why = plan if isinstance(plan, str) else self.conv_reason(plan.spec, plan.weight)
+        if why is None and not stored:
+            why = self._between_nchw(call, var)
         if why is not None:
             self.report.kept_nchw.append(f"conv {index}: {why}")
             return None
-        if reads_nchw:
+        assert not isinstance(plan, str)
+        if plan.reads_nchw:
             x = self.nchw(data, "conv2d")
         else:
             stored_data = self._to_layout(data, "conv2d")
             assert stored_data is not None
             x = stored_data.var
         self.report.convs += 1
+        spec = plan.spec
         conv = relax.op.nn.conv2d(
-            x, relax.const(padded, str(value.dtype)), spec.strides, spec.padding,
-            spec.dilation, groups, data_layout=data_layout.name, kernel_layout="OIHW",
-            out_layout=layout.name, out_dtype=out_dtype or None)
+            x, relax.const(plan.padded, str(plan.weight.dtype)), spec.strides, spec.padding,
+            spec.dilation, spec.groups, data_layout=spec.data_layout, kernel_layout="OIHW",
+            out_layout=spec.out_layout, out_dtype=plan.out_dtype or None)
         return conv, _shape(call)
+
+    def _between_nchw(self, call: relax.Call, var: relax.Var) -> str | None:
+        """Why a conv the algorithm would take into the layout stays NCHW: its input is
+        NCHW, every conv its result flows into is kept NCHW (`wanted`), and the algorithm
+        computes such a conv in NCHW (`neighbour_reason`, asked with the NCHW spec), so
+        the layout would cost a reorder on each side of it. MobileNetV2 pruned in its 1x1
+        convs has a dense depthwise conv between every two sparse ones."""
+        if self.neighbour_reason is None or self.wanted(var) != {"nchw"}:
+            return None
+        plan = _plan_conv(call, NCHW, stored=False)
+        if isinstance(plan, str):
+            return None
+        return self.neighbour_reason(plan.spec, plan.weight)
+
+    # -- looking ahead ------------------------------------------------------------------
+    def wanted(self, var: relax.Var, depth: int = 6) -> set[str]:
+        """The forms ("nchw", "layout") the convs `var` flows into read it in, through
+        unary elementwise ops and binary ones with a constant operand (which follow their
+        input's form: a decomposed batch-norm, ReLU) up to `depth` deep."""
+        forms: set[str] = set()
+        for binding in self.users.get(var, ()):
+            call = binding.value
+            name = _op_name(call)
+            if name == "relax.nn.conv2d" and call.args[0].same_as(var):
+                plan = _plan_conv(call, self.layout, stored=True)
+                keeps = isinstance(plan, str) or self.conv_reason(plan.spec,
+                                                                  plan.weight) is not None
+                forms.add("nchw" if keeps else "layout")
+            elif depth > 0 and (name in UNARY_OPS or (
+                    name in BINARY_OPS and all(a.same_as(var) or constant_value(a) is not None
+                                               for a in call.args))):
+                forms |= self.wanted(binding.var, depth - 1)
+        return forms
+
+
+@dataclass
+class _ConvPlan:
+    """A conv as it would be laid out: its spec (the layouts in it), its weight padded to
+    whole channel blocks, and whether it reads its input in NCHW (the image)."""
+
+    spec: ConvSpec
+    weight: np.ndarray
+    padded: np.ndarray
+    reads_nchw: bool
+    out_dtype: str
+
+
+def _plan_conv(call: relax.Call, layout: DataLayout, stored: bool) -> _ConvPlan | str:
+    """How `call` would be computed in `layout` (`stored`: its input is held in the
+    layout), or why it cannot be, whatever the algorithm says."""
+    attrs = call.attrs
+    data, weight = call.args
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout))
+    data_shape, value = _shape(data), constant_value(weight)
+    if layouts != ("NCHW", "OIHW", "NCHW"):
+        return f"already in layout {layouts}"
+    if data_shape is None or value is None:
+        return "dynamic shape or a weight that is not a compile-time constant"
+    groups = int(attrs.groups)
+    n, c, h, w = data_shape
+    o = value.shape[0]
+    depthwise = groups > 1 and groups == c == o
+    reads_nchw = (layout.kind == "NCHWc" and not stored and not depthwise
+                  and c < layout.block)
+    data_layout = NCHW if reads_nchw else layout
+    in_c, out_c = data_layout.physical_channels(c), layout.physical_channels(o)
+    if depthwise:
+        padded = np.zeros((out_c, 1, *value.shape[2:]), value.dtype)
+        groups = out_c
+    else:
+        padded = np.zeros((out_c, in_c // groups if groups > 1 else in_c,
+                           *value.shape[2:]), value.dtype)
+    padded[:o, :value.shape[1]] = value
+    out_dtype = str(attrs.out_dtype) if str(attrs.out_dtype) not in ("", "void", "None") else ""
+    spec = ConvSpec(
+        data_shape=(n, in_c, h, w), weight_shape=tuple(padded.shape),
+        strides=tuple(int(v) for v in attrs.strides),
+        padding=tuple(int(v) for v in attrs.padding),
+        dilation=tuple(int(v) for v in attrs.dilation), groups=groups,
+        data_dtype=_dtype(data), weight_dtype=str(value.dtype),
+        out_dtype=out_dtype or _dtype(call), data_layout=data_layout.name,
+        out_layout=layout.name)
+    return _ConvPlan(spec, value, padded, reads_nchw, out_dtype)
+
+
+def _users(func: relax.Function) -> dict[relax.Var, list[relax.VarBinding]]:
+    """Each variable's bindings that call an op on it."""
+    users: dict[relax.Var, list[relax.VarBinding]] = {}
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            if isinstance(binding, relax.VarBinding) and isinstance(binding.value, relax.Call):
+                for arg in binding.value.args:
+                    if isinstance(arg, relax.Var):
+                        users.setdefault(arg, []).append(binding)
+    return users
 
 
 def convert_layout(mod: tvm.IRModule, layout: DataLayout, conv_reason: ConvReason,
-                   function: str = "main") -> tuple[tvm.IRModule, LayoutReport]:
+                   function: str = "main", neighbour_reason: ConvReason | None = None
+                   ) -> tuple[tvm.IRModule, LayoutReport]:
     """`mod` with `function`'s activations kept in `layout` (see the module docstring).
 
     `conv_reason(spec, weight)` says why a conv, laid out as `spec`, must stay NCHW
     (None: it takes the layout); the compiler asks the algorithm and its fallback.
+    `neighbour_reason(spec, weight)`, asked with the NCHW spec of a conv between convs
+    kept in NCHW, says why the algorithm computes it in NCHW too (None: the layout).
     """
     report = LayoutReport(layout.name)
     if layout.is_nchw:
@@ -387,7 +492,8 @@ def convert_layout(mod: tvm.IRModule, layout: DataLayout, conv_reason: ConvReaso
     func = mod[function]
     body = func.body
     bb = relax.BlockBuilder(mod)
-    rewriter = _Rewriter(bb, layout, conv_reason, report)
+    rewriter = _Rewriter(bb, layout, conv_reason, report, neighbour_reason)
+    rewriter.users = _users(func)
     scratch = f"{function}_in_{layout.name.lower()}"
     with bb.function(scratch, list(func.params), pure=bool(func.is_pure)):
         for block in body.blocks:
