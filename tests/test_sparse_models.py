@@ -5,6 +5,7 @@ mixed algorithm's per-conv choice and its reorders."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,12 @@ import torch
 
 from dlas import registry
 from dlas.algorithms.base import ConvSpec
-from dlas.algorithms.mixed_csr import DENSE_ABOVE_BY_BITS, MixedCSRConv, default_dense_above
+from dlas.algorithms.mixed_csr import (
+    DENSE_ABOVE_BY_BITS,
+    DENSE_ABOVE_THIN_BY_BITS,
+    MixedCSRConv,
+    default_dense_above,
+)
 from dlas.compiler.build import compile_model
 from dlas.compiler.relax_import import import_torch_model
 from dlas.compression.pruning import (
@@ -150,3 +156,12 @@ def test_mixed_crossover_follows_the_fma_width(bits: int, registers: int,
             assert f"< {expected:g}" in reason
         assert MixedCSRConv(dense_above=0.4).keeps_nchw(spec, weight) is None
         assert MixedCSRConv(dense_above=0.5).keeps_nchw(spec, weight) is not None
+        # thin convs (1x1, depthwise) have their own crossover: 0.85 on 256-bit units
+        thin = DENSE_ABOVE_THIN_BY_BITS[512 if full else 256]
+        for conv in (replace(spec, weight_shape=(64, 64, 1, 1), padding=(0, 0, 0, 0)),
+                     replace(spec, weight_shape=(64, 1, 3, 3), groups=64)):
+            assert default_dense_above(conv) == thin
+            dense_ish = np.zeros(conv.weight_shape, dtype="float32")
+            dense_ish.reshape(-1)[: int(0.7 * dense_ish.size)] = 1.0
+            assert (MixedCSRConv().keeps_nchw(conv, dense_ish) is not None) == (not full)
+            assert MixedCSRConv(dense_above=0.6).keeps_nchw(conv, dense_ish) is None

@@ -8,8 +8,9 @@ an order of magnitude faster. One algorithm for the whole model, as the paper co
 them, makes the sparse kernel pay for the layers pruning barely touched.
 
 So, per conv, by the weight's density (its non-zeros over its weights, known at compile
-time): from `dense_above` up (by default the value for the width of the target's FMA
-units, `DENSE_ABOVE_BY_BITS`), the dense direct micro-kernel in NCHWc
+time): from `dense_above` up (by default the value for the conv's kind and the width of
+the target's FMA units, `DENSE_ABOVE_BY_BITS` and, for 1x1 and depthwise convs,
+`DENSE_ABOVE_THIN_BY_BITS`), the dense direct micro-kernel in NCHWc
 (`dlas.algorithms.direct`, the fastest dense untuned variant); below it, the pixel-tile
 sparse kernel, which computes in NCHW: over the padded input in place (`direct_csr`) for
 stride-1 convs at least `WIDE` pixels wide, where spatial pack's three column planes
@@ -61,13 +62,29 @@ WIDE = 32
 #:   / 1.103 (dense 1.554): the AVX2 crossover, not Cascade Lake's.
 #: Other widths (128-bit SSE and Neon) are unmeasured and take the nearest (256).
 DENSE_ABOVE_BY_BITS = {512: 0.35, 256: 0.55}
+#: The same for thin convs, 1x1 and depthwise: little work per input byte, so the dense
+#: micro-kernel runs further under its peak there and the sparse kernel pays up to a higher
+#: density. MobileNetV2-w0.5 on the Zen 4 (one sweep of `dense_above` 0.55 / 0.7 / 0.85 /
+#: 1.0; its depthwise convs keep 0.66-0.83 of their weights under global pruning, its 1x1
+#: convs 0-0.84): 90% global 0.462 / 0.421 / 0.374 / 0.375 ms, 80% global 0.544 / 0.495 /
+#: 0.428 / 0.426, block 16x1 80% 0.495 / 0.500 / 0.450 / 0.459 (dense 0.624). 512 bits
+#: (Cascade Lake) is unmeasured for them and keeps the full convs' value.
+DENSE_ABOVE_THIN_BY_BITS = {512: 0.35, 256: 0.85}
 
 
-def default_dense_above() -> float:
-    """The default crossover density for the width of the current target's FMA units
-    (`dlas.tir.schedule_helpers.target_simd`; forced in tests)."""
+def is_thin(spec: ConvSpec) -> bool:
+    """A 1x1 or depthwise conv (`DENSE_ABOVE_THIN_BY_BITS`)."""
+    return spec.kernel_size == (1, 1) or spec.is_depthwise
+
+
+def default_dense_above(spec: ConvSpec | None = None) -> float:
+    """The default crossover density for `spec`'s kind of conv (full, or thin: `is_thin`)
+    and the width of the current target's FMA units (`dlas.tir.schedule_helpers.
+    target_simd`; forced in tests)."""
+    table = DENSE_ABOVE_THIN_BY_BITS if spec is not None and is_thin(spec) \
+        else DENSE_ABOVE_BY_BITS
     bits = target_simd().fma_bits
-    return DENSE_ABOVE_BY_BITS[min(DENSE_ABOVE_BY_BITS, key=lambda b: abs(b - bits))]
+    return table[min(table, key=lambda b: abs(b - bits))]
 
 
 def density(weight: np.ndarray | None) -> float | None:
@@ -100,7 +117,7 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
         if not spec.is_nchw:
             return self.dense
         share = density(weight_value)
-        if share is not None and share >= self.crossover():
+        if share is not None and share >= self.crossover(spec):
             return self.dense  # `between_nchw`: the direct conv in NCHW
         if spec.strides == (1, 1) and spec.out_shape[3] >= WIDE:
             return self.in_place
@@ -109,13 +126,15 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
     def unsupported_reason(self, spec: ConvSpec) -> str | None:
         return self._kernel(spec).unsupported_reason(spec)
 
-    def crossover(self) -> float:
-        """The density from which a conv is dense: `dense_above`, or the target's default."""
-        return self.dense_above if self.dense_above is not None else default_dense_above()
+    def crossover(self, spec: ConvSpec | None = None) -> float:
+        """The density from which a conv (of `spec`'s kind) is dense: `dense_above`, or
+        the target's default."""
+        return self.dense_above if self.dense_above is not None \
+            else default_dense_above(spec)
 
     def keeps_nchw(self, spec: ConvSpec, weight_value: np.ndarray | None) -> str | None:
         share = density(weight_value)
-        above = self.crossover()
+        above = self.crossover(spec)
         if share is None or share >= above:
             return None
         layout = self._kernel(replace(spec, data_layout="NCHW", out_layout="NCHW")).name
@@ -145,4 +164,5 @@ class MixedCSRConv(CSRFormat, ConvAlgorithm):
         return self._kernel(spec).schedule(sch, block, spec)
 
 
-__all__ = ["DENSE_ABOVE_BY_BITS", "WIDE", "MixedCSRConv", "default_dense_above", "density"]
+__all__ = ["DENSE_ABOVE_BY_BITS", "DENSE_ABOVE_THIN_BY_BITS", "WIDE", "MixedCSRConv",
+           "default_dense_above", "density", "is_thin"]

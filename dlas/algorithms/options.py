@@ -172,7 +172,8 @@ class MixedParams(BaseModel):
                     "(0: every conv dense, 1: every conv with a zero weight sparse; "
                     "default: where the two met for the width of the target's FMA units, "
                     "0.35 with 512 bits (Intel AVX-512) and 0.55 with 256 (AVX2, and AMD "
-                    "Zen 4, which runs AVX-512 on 256-bit units))")
+                    "Zen 4, which runs AVX-512 on 256-bit units); 0.85 with 256 for 1x1 "
+                    "and depthwise convs)")
     block: int | None = Field(
         None, description="NCHWc channels per block of the dense convs (default: the "
                           "target's SIMD width in float32 lanes)")
