@@ -22,8 +22,9 @@ did):
   the layout and back; and a conv between convs kept in NCHW stays NCHW where the
   algorithm computes it so (`_between_nchw`).
 
-Reorders are therefore only at the model's edges and around ops with no form in the
-layout, never between two convs; `LayoutReport` counts them and says where they are.
+Reorders are therefore only at the model's edges, around ops with no form in the layout,
+and where a conv the algorithm keeps in NCHW meets one in the layout; `LayoutReport`
+counts them and says where they are.
 
 NCHWc's padded lanes hold finite values no real output reads: padded weights are zero,
 elementwise constants are padded with 0 (1 for a divisor), and reorders to NCHW drop
