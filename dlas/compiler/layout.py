@@ -142,6 +142,8 @@ class _Rewriter:
         self.in_dataflow = False
         #: each variable's users in the function (`wanted`), set by `convert_layout`
         self.users: dict[relax.Var, list[relax.VarBinding]] = {}
+        #: a conv's result var -> whether it will be kept NCHW (`_kept_ahead`)
+        self.kept_ahead: dict[relax.Var, bool] = {}
 
     # -- NCHW forms ---------------------------------------------------------------------
     def nchw(self, expr: relax.Expr, user: str) -> relax.Expr:
@@ -391,6 +393,15 @@ class _Rewriter:
         return self.neighbour_reason(plan.spec, plan.weight)
 
     # -- looking ahead ------------------------------------------------------------------
+    def _kept_ahead(self, binding: relax.VarBinding) -> bool:
+        """Whether the conv `binding` calls will be kept NCHW, asked once per conv (a
+        conv is consulted by every elementwise op upstream of it)."""
+        if binding.var not in self.kept_ahead:
+            plan = _plan_conv(binding.value, self.layout, stored=True)
+            self.kept_ahead[binding.var] = (isinstance(plan, str) or self.conv_reason(
+                plan.spec, plan.weight) is not None)
+        return self.kept_ahead[binding.var]
+
     def wanted(self, var: relax.Var, depth: int = 6) -> set[str]:
         """The forms ("nchw", "layout") the convs `var` flows into read it in, through
         unary elementwise ops and binary ones with a constant operand (which follow their
@@ -400,10 +411,7 @@ class _Rewriter:
             call = binding.value
             name = _op_name(call)
             if name == "relax.nn.conv2d" and call.args[0].same_as(var):
-                plan = _plan_conv(call, self.layout, stored=True)
-                keeps = isinstance(plan, str) or self.conv_reason(plan.spec,
-                                                                  plan.weight) is not None
-                forms.add("nchw" if keeps else "layout")
+                forms.add("nchw" if self._kept_ahead(binding) else "layout")
             elif depth > 0 and (name in UNARY_OPS or (
                     name in BINARY_OPS and all(a.same_as(var) or constant_value(a) is not None
                                                for a in call.args))):
