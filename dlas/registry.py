@@ -22,6 +22,10 @@ ENTRY_POINT_GROUP = "dlas.plugins"
 #: Tuning-option tag: the option is a baseline runtime (PyTorch, ONNX Runtime) measured
 #: beside the TVM variants; the algorithms axis does not apply to it.
 BASELINE_TAG = "baseline"
+#: Compression-option tag: the option prunes (removes or zeroes weights), so the report
+#: counts it with the paper's pruning (observations II, IV, IX, X, XII), a third-party
+#: pruning option included.
+PRUNING_TAG = "pruning"
 
 #: The six DLAS layers, in stack order; the key is also the sweep-config section name.
 LAYERS: dict[str, str] = {

@@ -268,6 +268,49 @@ def test_obs_12_tuned_vs_untuned_share_on_intervals(tuned_wp: tuple[float, float
     assert part.status == status
 
 
+# -- the pruning the kernels can use counts as pruning -------------------------------------------
+
+
+def test_structured_and_plugin_pruning_join_the_pruning_observations(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Block, N:M and a third-party option tagged `pruning` are pruning to II, IX and X: the
+    tuned block-pruned model is the model's best pruned one, and each joins the mean share
+    of expected speedup; an untagged unknown compression does not."""
+    from dlas import registry
+    from dlas.report.tables import is_pruning, pruning_in
+
+    class Opt:
+        tags = frozenset({registry.PRUNING_TAG})
+
+    real_get = registry.get
+    monkeypatch.setattr(registry, "get", lambda layer, name: Opt() if name == "my_pruning"
+                        else real_get(layer, name))
+    assert is_pruning("block_pruning") and is_pruning("nm_pruning") and is_pruning("my_pruning")
+    assert not is_pruning("int8") and not is_pruning("not_an_option")
+    assert pruning_in(["my_pruning", "int8", "nm_pruning", "block_pruning", "none"]) == [
+        "block_pruning", "nm_pruning", "my_pruning"]
+
+    rows = [timed(10.0, 0.1, tuning=TUNED),
+            timed(20.0, 0.1, tuning=TUNED, compression="weight_pruning",
+                  algorithm="direct_csr", sparsity=0.8),
+            timed(4.0, 0.1, tuning=TUNED, compression="block_pruning",
+                  algorithm="mixed_csr", sparsity=0.8),
+            timed(8.0, 0.1, tuning=TUNED, compression="my_pruning",
+                  algorithm="gemm_csr", sparsity=0.5),
+            timed(9.0, 0.1, tuning=TUNED, compression="nm_pruning",
+                  algorithm="spatial_pack_csr", sparsity=0.5),
+            timed(2.0, 0.1, tuning=TUNED, compression="my_quantization")]
+    a = analysis(rows)
+    cifar, _ = tuned_sparse_faster_than_dense_on_cifar10_not_imagenet(a)
+    assert cifar.status == HELD  # only block pruning's 4 ms beats dense
+    (pair,) = cifar.comparisons
+    assert pair.other.compression == "block_pruning"
+    (share,) = pruning_rarely_reaches_expected_speedup(a)
+    assert "over 4 cases" in share.evidence[0] and "BP" in "".join(share.evidence)
+    cpu, _ = sparse_gemm_best_on_cpu_direct_on_gpu(a)
+    assert cpu.status == NOT_MEASURED  # each pruned model ran one sparse family only
+
+
 # -- what would decide a not-measured part ------------------------------------------------------
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlas.registry import NoParams, UnknownOptionError, register
+from dlas.registry import PRUNING_TAG, NoParams, UnknownOptionError, register
 from dlas.registry import get as get_option
 
 if TYPE_CHECKING:
@@ -209,7 +209,8 @@ def finetune_warnings(info: dict[str, Any], finetune_epochs: int) -> list[str]:
     return notes
 
 
-@register("compression", "weight_pruning", params=WeightPruningParams, tags={"sparse"},
+@register("compression", "weight_pruning", params=WeightPruningParams,
+          tags={"sparse", PRUNING_TAG},
           version="3",  # v3: a fixed level gets its share of fine-tuning first
           description="L1 unstructured pruning of conv weights (global by default, or per "
                       "layer), iterative with fine-tuning between levels; the level used is "
@@ -254,7 +255,8 @@ def _channel_pruning(params: ChannelPruningParams, model: nn.Module,
     return _prune_and_choose(params, model, ctx, prune_step)
 
 
-@register("compression", "channel_pruning", params=ChannelPruningParams, tags={"sparse"},
+@register("compression", "channel_pruning", params=ChannelPruningParams,
+          tags={"sparse", PRUNING_TAG},
           version="3",  # v2: L1 per weight, a layer's last filter pruned last; v3: fine-tuning
           # of a fixed level first
           description="global L1 structured pruning of conv output channels (whole filters "
@@ -270,7 +272,7 @@ def channel_pruning(params: ChannelPruningParams, model: nn.Module,
 
 
 @register("compression", "channel_pruning_physical", params=ChannelPruningParams,
-          version="3",
+          tags={PRUNING_TAG}, version="3",
           description="channel_pruning, then the pruned channels and everything coupled to "
                       "them removed (torch-pruning): a smaller dense model computing the "
                       "same function")
@@ -311,7 +313,8 @@ class BlockPruningParams(PruningParams):
         return self
 
 
-@register("compression", "block_pruning", params=BlockPruningParams, tags={"sparse"},
+@register("compression", "block_pruning", params=BlockPruningParams,
+          tags={"sparse", PRUNING_TAG},
           description="global L1 block pruning of conv weights: blocks of output channels x "
                       "columns ranked across all convs by mean |w| and masked whole, "
                       "iterative with fine-tuning, the level used the elbow (sparsity the "
@@ -350,7 +353,8 @@ class NMPruningParams(PruningParams):
         return self
 
 
-@register("compression", "nm_pruning", params=NMPruningParams, tags={"sparse"},
+@register("compression", "nm_pruning", params=NMPruningParams,
+          tags={"sparse", PRUNING_TAG},
           description="N:M pruning of conv weights: in every group of M consecutive input "
                       "channels the M-N smallest |w| masked (2:4 by default), with "
                       "fine-tuning; levels are (M-N)/M")

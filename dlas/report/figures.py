@@ -22,10 +22,10 @@ from dlas.report.data import NCHW, ReportPoint, is_sparse_format
 from dlas.report.tables import (
     COMPRESSION_ORDER,
     FAMILY_ORDER,
-    PRUNING,
     Group,
     accuracy_tables,
     ordered,
+    pruning_in,
     short,
     speed_cells,
 )
@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 DPI = 110
 _PRUNING_TITLES = {"weight_pruning": "weight pruning", "channel_pruning": "channel pruning",
-                   "channel_pruning_physical": "channel pruning (physical)"}
+                   "channel_pruning_physical": "channel pruning (physical)",
+                   "block_pruning": "block pruning", "nm_pruning": "N:M pruning"}
+#: Pruning options whose level counts whole filters; every other one counts weights.
+_CHANNEL_LEVELS = frozenset({"channel_pruning", "channel_pruning_physical"})
 _QUANT = [("float16", "float16"), ("int8", "int8 (calibrated)"),
           ("int8_uncalibrated", "int8 (uncalibrated)")]
 
@@ -72,7 +75,7 @@ def accuracy_figure(points: Iterable[ReportPoint], dataset: str, path: Path,
     if not tables:
         return None
     table = tables[0]
-    prunings = [c for c in table.compressions if c in PRUNING]
+    prunings = pruning_in(table.compressions)
     panels: list[tuple[str, list]] = []
     for comp in prunings:
         lines = []
@@ -114,8 +117,8 @@ def accuracy_figure(points: Iterable[ReportPoint], dataset: str, path: Path,
                 ax.plot([100 * near[0]], [100 * near[1]], marker="*", markersize=12,
                         color=line.get_color(), linestyle="none")
         ax.set_title(_PRUNING_TITLES.get(kind, kind))
-        ax.set_xlabel("pruned conv weights (%)" if kind == "weight_pruning"
-                      else "pruned conv channels (%)")
+        ax.set_xlabel("pruned conv channels (%)" if kind in _CHANNEL_LEVELS
+                      else "pruned conv weights (%)")
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -24,14 +24,37 @@ from dlas.report.paper import Paper, PaperSpeedRow
 
 #: The paper's column order; options it does not know come after, alphabetically.
 COMPRESSION_ORDER = ["none", "weight_pruning", "channel_pruning", "channel_pruning_physical",
-                     "int8", "int8_uncalibrated", "float16"]
+                     "block_pruning", "nm_pruning", "int8", "int8_uncalibrated", "float16"]
 FAMILY_ORDER = ["gemm", "direct", "spatial_pack"]
-PRUNING = frozenset({"weight_pruning", "channel_pruning", "channel_pruning_physical"})
+#: The pruning options dlas ships. A row's compression counts as pruning when it is one of
+#: these (also where the report runs without the option registered) or a registered option
+#: tagged `pruning` (`is_pruning`), so a third-party pruning plugin joins observations II,
+#: IV, IX, X and XII without an edit here.
+PRUNING = frozenset({"weight_pruning", "channel_pruning", "channel_pruning_physical",
+                     "block_pruning", "nm_pruning"})
 QUANTIZATION = frozenset({"float16", "int8", "int8_uncalibrated"})
 
 SHORT = {"none": "Dense", "weight_pruning": "WP", "channel_pruning": "CP",
-         "channel_pruning_physical": "CP-phys", "int8": "i8", "int8_uncalibrated": "i8-uncal",
-         "float16": "f16"}
+         "channel_pruning_physical": "CP-phys", "block_pruning": "BP", "nm_pruning": "N:M",
+         "int8": "i8", "int8_uncalibrated": "i8-uncal", "float16": "f16"}
+
+
+def is_pruning(compression: str) -> bool:
+    """Whether a compression option prunes: a shipped pruning option, or one registered
+    with the `pruning` tag."""
+    if compression in PRUNING:
+        return True
+    from dlas import registry
+
+    try:
+        return registry.PRUNING_TAG in registry.get("compression", compression).tags
+    except KeyError:
+        return False
+
+
+def pruning_in(compressions: Iterable[str]) -> list[str]:
+    """The pruning options among `compressions`, in the report's column order."""
+    return ordered({c for c in compressions if is_pruning(c)}, COMPRESSION_ORDER)
 
 
 def ordered(names: Iterable[str], order: list[str]) -> list[str]:

@@ -16,7 +16,7 @@ from dlas.report.comparisons import decided_fastest
 from dlas.report.data import ReportPoint
 from dlas.report.observations.analysis import Analysis
 from dlas.report.observations.verdict import NOT_MEASURED, ComparedPair, Part, generally
-from dlas.report.tables import PRUNING, short
+from dlas.report.tables import PRUNING, is_pruning, pruning_in, short
 
 
 def _family_flag(best: ReportPoint, rivals: list[ReportPoint], want: str) -> bool | None:
@@ -27,7 +27,7 @@ def _family_flag(best: ReportPoint, rivals: list[ReportPoint], want: str) -> boo
 
 
 def _family_needs(want: str, device: str, tuned: bool | None, compressions: list[str]) -> str:
-    pruned = set(compressions) <= PRUNING
+    pruned = all(is_pruning(c) for c in compressions)
     algorithm = f"{want}_csr" if pruned else want
     model = "a pruned model (`compression: weight_pruning`)" if pruned else \
         "a dense model (`compression: none`)"
@@ -99,5 +99,7 @@ def direct_best_on_tuned_gpu(a: Analysis) -> list[Part]:
 
 def sparse_gemm_best_on_cpu_direct_on_gpu(a: Analysis) -> list[Part]:
     """IX: pruned models, tuned or not."""
-    return [_best_family(a, "cpu", None, sorted(PRUNING), "gemm"),
-            _best_family(a, "gpu", None, sorted(PRUNING), "direct")]
+    measured = pruning_in(c for models in a.cells.values() for cells in models.values()
+                          for c, _ in cells) or sorted(PRUNING)
+    return [_best_family(a, "cpu", None, measured, "gemm"),
+            _best_family(a, "gpu", None, measured, "direct")]

@@ -29,7 +29,7 @@ from dlas.report.observations.verdict import (
     status_of,
 )
 from dlas.report.speedup import SpeedupCell
-from dlas.report.tables import PRUNING, Group, fastest_algorithm, short
+from dlas.report.tables import Group, fastest_algorithm, is_pruning, pruning_in, short
 
 # -- II: tuned sparse CIFAR-10 models faster than dense, ImageNet ones not -----------------
 
@@ -50,7 +50,7 @@ def _pruned_vs_dense(a: Analysis, tuned: bool) -> dict[str, list[tuple[ComparedP
             continue
         for model, cells in models.items():
             dense = fastest_algorithm(cells, "none")
-            pruned = [fastest_algorithm(cells, c) for c in PRUNING]
+            pruned = [fastest_algorithm(cells, c) for c in pruning_in(c for c, _ in cells)]
             pruned = [p for p in pruned if p is not None]
             if dense is None or not pruned:
                 continue
@@ -176,7 +176,7 @@ def weight_pruning_beats_channel_pruning_but_less_of_expected(a: Analysis) -> li
 
 def pruning_rarely_reaches_expected_speedup(a: Analysis) -> list[Part]:
     """X: pruned models' mean share of their ideal speedup, against `RARELY_PCT`."""
-    cells = [c for c in a.speedups if c.compression in PRUNING and c.pct_expected is not None]
+    cells = [c for c in a.speedups if is_pruning(c.compression) and c.pct_expected is not None]
     name = "pruning below its expected speedup"
     if not cells:
         return [Part(name, NOT_MEASURED, ["needs pruned and dense timings of the same model"],

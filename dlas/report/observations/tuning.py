@@ -35,7 +35,7 @@ from dlas.report.observations.verdict import (
     status_of,
 )
 from dlas.report.speedup import SpeedupCell
-from dlas.report.tables import PRUNING, Cells, short
+from dlas.report.tables import Cells, is_pruning, short
 
 # -- XI: tuning accelerates dramatically and can change the best choice ---------------------
 
@@ -167,7 +167,7 @@ def pruned_lower_relative_speedup_when_tuned(a: Analysis) -> list[Part]:
     """XII: pruned models' mean share of their expected speedup, tuned against untuned."""
     by_key: dict[tuple, dict[bool, SpeedupCell]] = defaultdict(dict)
     for c in a.speedups:
-        if c.compression in PRUNING and c.pct_expected is not None:
+        if is_pruning(c.compression) and c.pct_expected is not None:
             by_key[(c.group.dataset, c.group.platform, c.model_label, c.compression)][
                 c.group.tuned] = c
     matched = [(v[False], v[True]) for v in by_key.values() if len(v) == 2]
