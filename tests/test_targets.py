@@ -219,6 +219,45 @@ def test_cuda_compile_binds_every_kernel(tiny_imported: ImportedModel, tmp_path:
     assert result.executable_path.name == "model.so" and result.executable_path.exists()
 
 
+def test_cuda_graph_option_captures_the_models_kernels(
+        tiny_imported: ImportedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cuda_graph: true` builds the model in Relax's CUDA-graph rewrite: the kernels on the
+    model's own buffers move into a capture function replayed by `run_or_capture`; without
+    it the pipeline leaves `main` alone. compile_model builds in the target's config."""
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.compiler.gpu_schedule import apply_gpu_schedules
+    from dlas.compiler.pipeline import relax_finalize_pipeline
+    from dlas.targets.options import CUDA_GRAPH_CONFIG
+
+    graph, plain = spec("cuda", arch="sm_80", cuda_graph=True), spec("cuda", arch="sm_80")
+    assert graph.pass_config == {CUDA_GRAPH_CONFIG: True} and plain.pass_config == {}
+    target = make_target(graph.tvm_target)
+    mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algorithm("direct"), target)
+    mod, _ = apply_gpu_schedules(mod, target)
+    for config, captured in ((graph.pass_config, True), (plain.pass_config, False)):
+        with tvm.transform.PassContext(config=config):
+            lowered = relax_finalize_pipeline(target)(mod)
+        names = {gv.name_hint for gv, f in lowered.functions_items()
+                 if isinstance(f, tvm.relax.Function)}
+        assert ("main_cuda_graph_capture" in names) is captured, names
+        assert ("cuda_graph.run_or_capture" in lowered.script()) is captured
+
+    import dlas.compiler.gpu_schedule as gpu_schedule
+
+    seen: list[bool] = []
+    real_compile = tvm.compile
+
+    def compile_and_record(*args: object, **kwargs: object) -> object:
+        config = tvm.transform.PassContext.current().config
+        seen.append(bool(config.get(CUDA_GRAPH_CONFIG, False)))
+        return real_compile(*args, **kwargs)
+
+    monkeypatch.setattr(gpu_schedule.tvm, "compile", compile_and_record)
+    compile_model(tiny_imported, algorithm("direct"), graph.tvm_target, tmp_path,
+                  pass_config=graph.pass_config)
+    assert seen == [True]
+
+
 def test_cuda_source_compiles_with_nvcc(tiny_imported: ImportedModel) -> None:
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc is not on PATH: cannot check the generated CUDA source")

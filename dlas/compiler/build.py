@@ -412,11 +412,13 @@ def compile_model(
     schedule_hook: ScheduleHook | None = None,
     *,
     fold: str = "numpy",
+    pass_config: dict | None = None,
 ) -> CompileResult:
     """Compile `imp` with `algorithm` for `target` into `out_dir`.
 
-    `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything else compiles
-    with the default.
+    `pass_config`: the target's own PassContext options (`TargetSpec.pass_config`, e.g.
+    CUDA graphs). `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything
+    else compiles with the default.
     """
     start = time.perf_counter()
     trace = CompileTrace()
@@ -439,13 +441,13 @@ def compile_model(
                     hooked.add(gvar.name_hint)
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
         with trace.phase("codegen"):  # GPU schedules are a small part of it
-            executable, warnings = build_gpu(mod, tgt, skip=hooked)
+            executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config)
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
             with tgt:  # the sparse kernels' tuned decisions (`dlas.algorithms.spmm_rebuild`)
                 mod = rebuild_requested(mod)
-        with trace.phase("codegen"), cpu_codegen_context():  # no per-kernel arg checks
+        with trace.phase("codegen"), cpu_codegen_context(pass_config):  # no arg checks
             executable = tvm.compile(mod, target=tgt,
                                      relax_pipeline=relax_finalize_pipeline(tgt))
     # a .tar of objects when the code is for another CPU (linked on the board, over RPC)

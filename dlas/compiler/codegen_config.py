@@ -24,6 +24,7 @@ import tvm
 CPU_CODEGEN_CONFIG = {"tirx.disable_assert": True}
 
 
-def cpu_codegen_context() -> tvm.transform.PassContext:
-    """The PassContext CPU code is built in (opt level 3, TVM's default)."""
-    return tvm.transform.PassContext(opt_level=3, config=CPU_CODEGEN_CONFIG)
+def cpu_codegen_context(extra: dict | None = None) -> tvm.transform.PassContext:
+    """The PassContext CPU code is built in (opt level 3, TVM's default), with a target's
+    own options (`TargetSpec.pass_config`) beside dlas's."""
+    return tvm.transform.PassContext(opt_level=3, config={**CPU_CODEGEN_CONFIG, **(extra or {})})

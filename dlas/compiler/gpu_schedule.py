@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from typing import Any
 
 import tvm
 from tvm import s_tir, tirx
@@ -222,15 +223,18 @@ def check_device_code(executable: tvm.runtime.Executable, target: Target) -> str
     return f"CUDA source compiled to PTX by nvcc for {arch or 'the default arch'}"
 
 
-def build_gpu(mod: tvm.IRModule, target: Target,
-              skip: set[str] = frozenset()) -> tuple[tvm.runtime.Executable, list[str]]:
+def build_gpu(mod: tvm.IRModule, target: Target, skip: set[str] = frozenset(),
+              pass_config: dict[str, Any] | None = None
+              ) -> tuple[tvm.runtime.Executable, list[str]]:
     """Bind, compile with the CUDA Relax pipeline and check the device code with nvcc.
 
+    `pass_config`: the target's PassContext options (its CUDA-graph rewrite, for one).
     Needs no GPU: the library holds CUDA source that TVM compiles when it is loaded.
     """
     mod, notes = apply_gpu_schedules(mod, target, skip=skip)
-    executable = tvm.compile(mod, target=target,
-                             relax_pipeline=relax_finalize_pipeline(target))
+    with tvm.transform.PassContext(config=dict(pass_config or {})):
+        executable = tvm.compile(mod, target=target,
+                                 relax_pipeline=relax_finalize_pipeline(target))
     checked = check_device_code(executable, target)
     if shutil.which("nvcc") is None:
         notes.append(checked)  # worth seeing beside the point: nothing checked the kernels

@@ -33,3 +33,7 @@ class TargetSpec:
     rpc: RPCTracker | None = None
     #: Why this target cannot be measured from here (it is still compiled), or None.
     unmeasurable: str | None = None
+    #: TVM PassContext config the model is built in, beside dlas's own (e.g. Relax's
+    #: CUDA-graph rewrite, `relax.backend.use_cuda_graph`). Part of the compile key
+    #: through the target's parameters, and so of the row.
+    pass_config: dict[str, Any] = field(default_factory=dict)

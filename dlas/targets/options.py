@@ -165,6 +165,9 @@ NO_GPU = "no CUDA GPU on this machine"
 #: shared memory, more only by opting in at launch). MetaSchedule's GPU rules and its
 #: verifier read them from the target and refuse a target without them.
 CUDA_BLOCK_LIMITS = {"max_threads_per_block": 1024, "max_shared_memory_per_block": 49152}
+#: The PassContext option that turns on Relax's RewriteCUDAGraph (in the CUDA pipeline,
+#: a no-op without it).
+CUDA_GRAPH_CONFIG = "relax.backend.use_cuda_graph"
 
 
 def local_cuda_gpu() -> dict[str, str] | None:
@@ -189,6 +192,11 @@ class CUDAParams(BaseModel):
                     f"{DEFAULT_CUDA_ARCH})")
     host: LLVMParams = Field(default_factory=LLVMParams,
                              description="the CPU side (an `llvm` target's params)")
+    cuda_graph: bool = Field(
+        False, description="build with Relax's CUDA-graph rewrite: the kernels that touch "
+                           "only the model's own buffers are captured into a CUDA graph on "
+                           "the first call and replayed on later ones, one launch instead of "
+                           "one per kernel (the first call is the discarded warm-up)")
 
     @field_validator("arch")
     @classmethod
@@ -211,7 +219,8 @@ def cuda_spec(params: CUDAParams, *, board: bool = False) -> TargetSpec:
         device="cuda", num_threads=host_spec.num_threads,
         fingerprint={"gpu": gpu["name"] if gpu else None, "arch": arch,
                      "host": host_spec.fingerprint},
-        unmeasurable=unmeasurable)
+        unmeasurable=unmeasurable,
+        pass_config={CUDA_GRAPH_CONFIG: True} if params.cuda_graph else {})
 
 
 @register("targets", "cuda", params=CUDAParams,
