@@ -75,7 +75,8 @@ echo "tests took $(( $(date +%s) - t1 )) s"
 # 2. the quickstart on the GPU: its models, every algorithm, one tuned point, PyTorch
 [ "${SWEEP_S:-300}" = 0 ] && exit 0
 # on the GPU, beside the plain CUDA target: the same untuned TVM points replayed from a
-# CUDA graph (`cuda_graph: true`), so launch cost and kernel cost show apart
+# CUDA graph (`cuda_graph: true`), so launch cost and kernel cost show apart, and PyTorch
+# in its three modes
 python3 - <<'PY' || { echo "could not write the GPU sweep config"; exit 7; }
 import yaml
 config = yaml.safe_load(open("configs/quickstart.yaml"))
@@ -85,8 +86,15 @@ config["targets"] = ["cuda", graph]
 for t in config["tuning"]:
     if isinstance(t, dict) and t.get("name") == "metaschedule":
         t["params"]["trials"] = 32
-config["exclude"].append({"targets": "cuda(cuda_graph=True)",
-                          "tuning": ["metaschedule", "onnxruntime", "pytorch"]})
+# PyTorch's other modes beside eager: replayed from a CUDA graph, and torch.compile
+# (reduce-overhead: Inductor's kernels in CUDA graphs), on the dense models
+graph_torch, compiled = "pytorch(mode=cuda_graph)", "pytorch(mode=compile)"
+config["tuning"] += [{"name": "pytorch", "params": {"mode": "cuda_graph"}},
+                     {"name": "pytorch", "params": {"mode": "compile"}}]
+config["exclude"] += [{"targets": "cuda(cuda_graph=True)",
+                       "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch,
+                                  compiled]},
+                      {"tuning": compiled, "compression": "weight_pruning"}]
 yaml.safe_dump(config, open("/tmp/quickstart_cuda.yaml", "w"), sort_keys=False)
 PY
 t2=$(date +%s)

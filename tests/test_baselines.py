@@ -441,3 +441,59 @@ def test_pytorch_on_a_gpu_needs_a_cuda_torch_and_leaves_the_shared_module_alone(
         assert peer.info()["device"] == torch.cuda.get_device_name(0)
     finally:
         peer.close()
+
+
+# -- PyTorch's other modes: CUDA-graph replay and torch.compile --------------------------------
+
+
+def test_pytorch_modes_that_cannot_run_say_why_in_the_plan() -> None:
+    text = sweep(tuning="[none, {name: pytorch, params: {mode: cuda_graph}}, "
+                 "{name: pytorch, params: {compile_mode: max-autotune}}, "
+                 "{name: pytorch, params: {mode: compile, compile_mode: default}}]")
+    blocked = {p.tuning.label: p.blocked for p in expand(parse_config(text))
+               if p.tuning.name == "pytorch"}
+    assert "needs a cuda target" in blocked["pytorch(mode=cuda_graph)"]
+    assert "set mode: compile" in blocked["pytorch(compile_mode=max-autotune)"]
+    assert blocked["pytorch(compile_mode=default,mode=compile)"] is None
+
+
+def test_a_cuda_graph_peer_needs_a_gpu_and_tf32_is_restored() -> None:
+    import torch
+
+    from dlas.tuning.baselines.torch_eager import TorchPeer
+    from dlas.tuning.baselines.torch_graph import TorchGraphPeer
+
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.Flatten())
+    with pytest.raises(BaselineNotRunnable, match="needs a cuda target"):
+        TorchGraphPeer(BaselineModel(module, "float32", (1, 8, 8), threads=1))
+    before = torch.backends.cudnn.allow_tf32
+    peer = TorchPeer(BaselineModel(module, "float32", (1, 8, 8), threads=1), tf32=not before)
+    assert torch.backends.cudnn.allow_tf32 is (not before)
+    assert peer.info()["mode"] == "eager" and peer.info()["gpu_math"] is None  # a CPU
+    peer.close()
+    assert torch.backends.cudnn.allow_tf32 is before
+
+
+def test_a_torch_compiled_peer_computes_the_module_and_says_how_it_was_built() -> None:
+    """torch.compile (TorchInductor's C++ kernels on this CPU) on a small conv net: the
+    same outputs as eager, compiled before any call is timed, its mode on the row."""
+    import torch
+
+    from dlas.tuning.baselines.torch_compiled import TorchCompiledPeer
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
+                                 torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10)).eval()
+    peer = TorchCompiledPeer(BaselineModel(module, "float32", (1, 8, 8), threads=1),
+                             compile_mode="default")
+    try:
+        x = np.random.default_rng(0).standard_normal((3, 1, 8, 8)).astype(np.float32)
+        with torch.no_grad():
+            expected = module(torch.from_numpy(x)).numpy()
+        np.testing.assert_allclose(peer.run_batch1(x), expected, rtol=1e-4, atol=1e-5)
+        assert peer.bind(x[:1])() is not None
+        info = peer.info()
+        assert info["mode"] == "compile" and info["compile_mode"] == "default"
+        assert info["compile_s"] > 0
+    finally:
+        peer.close()

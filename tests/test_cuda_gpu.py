@@ -79,3 +79,23 @@ def test_a_metaschedule_point_is_tuned_and_measured_on_the_gpu(tmp_path: Path,
     (row,) = rows
     assert_measured(row)
     assert row.tuning_trials and row.tuning_trials > 0
+
+
+def test_cuda_graphs_and_pytorchs_modes_are_measured_on_the_gpu(tmp_path: Path,
+                                                                 shared_cache: Path) -> None:
+    """TVM with and without its CUDA-graph rewrite, and PyTorch eager, replayed from a
+    CUDA graph and torch.compile'd, all verified on the same GPU in one sweep."""
+    tuning = ("tuning: [none, pytorch, {name: pytorch, params: {mode: cuda_graph}}, "
+              "{name: pytorch, params: {mode: compile}}]")
+    text = cuda_sweep("cuda_graphs", ["direct"], tuning).replace(PRUNED + "\n", "").replace(
+        "targets: [cuda]", "targets: [cuda, {name: cuda, params: {cuda_graph: true}}]")
+    report, rows = run(text, tmp_path, shared_cache)
+    assert report.failed == 0, [(r.target, r.tuning, r.error) for r in rows]
+    measured = [r for r in rows if r.status != "not_runnable"]
+    assert {(r.target.split("(")[-1], r.tuning.split("(")[-1]) for r in measured} >= {
+        ("cuda", "none"), ("cuda_graph=True)", "none"), ("cuda", "pytorch"),
+        ("cuda", "mode=cuda_graph)"), ("cuda", "mode=compile)")}
+    for row in measured:
+        assert_measured(row)
+    torch_rows = [r for r in measured if r.backend == "pytorch"]
+    assert all(r.runtime_info["gpu_math"] == "ieee float32" for r in torch_rows)

@@ -1,6 +1,13 @@
 """PyTorch eager as a baseline: the compressed module itself, intra-op threads matched; on
 a cuda target, on this machine's GPU (each timed call waits for the GPU to finish, as TVM's
-time evaluator does for a GPU function)."""
+time evaluator does for a GPU function).
+
+On a GPU, float32 convolutions and matmuls run in IEEE float32 unless the option allows
+TensorFloat-32 (`tf32`): cuDNN's default is TF32 for convolutions, which rounds inputs to
+10 mantissa bits, so a default PyTorch row computes another function than the TVM rows it
+is compared with (found on the H200: up to 6e-3 from the reference, TVM 1e-5). The row's
+`gpu_math` says which ran. The other PyTorch modes (`torch_graph`, `torch_compiled`)
+build on this peer."""
 
 from __future__ import annotations
 
@@ -26,8 +33,9 @@ class TorchPeer(Peer):
     points a copy on the GPU."""
 
     runtime = "pytorch"
+    mode = "eager"
 
-    def __init__(self, model: BaselineModel) -> None:
+    def __init__(self, model: BaselineModel, tf32: bool = False) -> None:
         import torch
 
         if model.precision not in _DTYPES:
@@ -47,6 +55,10 @@ class TorchPeer(Peer):
         self._previous_threads = torch.get_num_threads()
         torch.set_num_threads(model.threads)
         self.threads = torch.get_num_threads()
+        self._previous_tf32 = (torch.backends.cudnn.allow_tf32,
+                               torch.backends.cuda.matmul.allow_tf32)
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
+        self.tf32 = tf32
 
     def _tensor(self, x: np.ndarray) -> Any:
         import torch
@@ -88,8 +100,11 @@ class TorchPeer(Peer):
 
         device = (torch.cuda.get_device_name(self.device) if self.device.type == "cuda"
                   else "cpu")
-        return {"runtime": self.runtime, "version": torch.__version__, "mode": "eager",
+        math = (("tf32" if self.tf32 else "ieee float32") if self.dtype == torch.float32
+                else str(self.dtype).removeprefix("torch."))
+        return {"runtime": self.runtime, "version": torch.__version__, "mode": self.mode,
                 "dtype": str(self.dtype).removeprefix("torch."), "device": device,
+                "gpu_math": math if self.device.type == "cuda" else None,
                 "threads": self.threads,
                 "interop_threads": torch.get_num_interop_threads(),
                 # the CPUs the timing worker pinned OpenMP's threads to, if it did
@@ -100,3 +115,5 @@ class TorchPeer(Peer):
         import torch
 
         torch.set_num_threads(self._previous_threads)
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = \
+            self._previous_tf32
