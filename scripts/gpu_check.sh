@@ -75,14 +75,16 @@ echo "tests took $(( $(date +%s) - t1 )) s"
 # 2. the quickstart on the GPU: its models, every algorithm, one tuned point, PyTorch
 [ "${SWEEP_S:-300}" = 0 ] && exit 0
 # on the GPU, beside the plain CUDA target: the same untuned TVM points replayed from a
-# CUDA graph (`cuda_graph: true`), so launch cost and kernel cost show apart, and PyTorch
-# in its three modes
+# CUDA graph (`cuda_graph: true`), so launch cost and kernel cost show apart; the dense
+# ones with thread bindings only (`schedules: bindings`); and PyTorch in its three modes
 python3 - <<'PY' || { echo "could not write the GPU sweep config"; exit 7; }
 import yaml
 config = yaml.safe_load(open("configs/quickstart.yaml"))
 config["name"] = "quickstart_cuda"
 graph = {"name": "cuda", "params": {"cuda_graph": True}}
-config["targets"] = ["cuda", graph]
+# the dense convs' thread binding only (no shared-memory tiles): what the tiling buys
+bindings = {"name": "cuda", "params": {"schedules": "bindings"}}
+config["targets"] = ["cuda", graph, bindings]
 for t in config["tuning"]:
     if isinstance(t, dict) and t.get("name") == "metaschedule":
         t["params"]["trials"] = 32
@@ -94,7 +96,11 @@ config["tuning"] += [{"name": "pytorch", "params": {"mode": "cuda_graph"}},
 config["exclude"] += [{"targets": "cuda(cuda_graph=True)",
                        "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch,
                                   compiled]},
-                      {"tuning": compiled, "compression": "weight_pruning"}]
+                      {"tuning": compiled, "compression": "weight_pruning"},
+                      {"targets": "cuda(schedules=bindings)",
+                       "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch,
+                                  compiled]},
+                      {"targets": "cuda(schedules=bindings)", "compression": "weight_pruning"}]
 yaml.safe_dump(config, open("/tmp/quickstart_cuda.yaml", "w"), sort_keys=False)
 PY
 t2=$(date +%s)

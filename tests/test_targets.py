@@ -219,6 +219,59 @@ def test_cuda_compile_binds_every_kernel(tiny_imported: ImportedModel, tmp_path:
     assert result.executable_path.name == "model.so" and result.executable_path.exists()
 
 
+def _is_depthwise(func: tvm.tirx.PrimFunc) -> bool:
+    from tvm import s_tir
+
+    from dlas.tir.conv_spec import conv_spec_of
+    from dlas.tir.schedule_helpers import leaf_blocks
+
+    sch = s_tir.Schedule(func)
+    specs = [conv_spec_of(sch, b) for b in leaf_blocks(sch)]
+    return any(spec is not None and spec.is_depthwise for spec in specs)
+
+
+@pytest.mark.parametrize("name", ["direct", "gemm", "spatial_pack"])
+def test_dense_convs_get_their_algorithms_gpu_schedule_unless_bindings_asked(
+        tiny_imported: ImportedModel, name: str) -> None:
+    """Each dense algorithm's untuned GPU schedule (its folder's `gpu.py`) tiles its plain
+    convs in shared memory (an implicit GEMM); the depthwise conv, which it cannot tile,
+    keeps the thread binding; `schedules: bindings` binds every kernel only. Both build,
+    and nvcc compiles the CUDA source where it is on PATH."""
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.compiler.gpu_schedule import (
+        apply_gpu_schedules,
+        build_gpu,
+        check_device_code,
+        conv_algorithm_of,
+    )
+
+    algo = algorithm(name)
+    tiled = spec("cuda", arch="sm_80")
+    bound = spec("cuda", arch="sm_80", schedules="bindings")
+    assert tiled.gpu_schedules == "algorithm" and bound.gpu_schedules == "bindings"
+    target = make_target(tiled.tvm_target)
+    rules = {a.name: a.gpu_schedule for a in (algo, algo.fallback()) if a}
+    shared: dict[str, bool] = {}
+    for rules_now, expect_tiles in ((rules, True), (None, False)):
+        # scheduling writes into the module: each pass starts from a fresh one
+        mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algo, target)
+        convs = {gvar.name_hint for gvar, func in mod.functions_items()
+                 if isinstance(func, tvm.tirx.PrimFunc) and conv_algorithm_of(func)}
+        depthwise = {name for name in convs if _is_depthwise(mod[name])}
+        scheduled, _ = apply_gpu_schedules(mod, target, rules=rules_now)
+        for gvar, func in scheduled.functions_items():
+            if gvar.name_hint in convs:
+                shared[gvar.name_hint] = '"shared' in func.script()
+        plain = sorted(convs - depthwise)
+        assert len(plain) == 2 and len(depthwise) == 1, (convs, depthwise)
+        assert all(shared[n] is expect_tiles for n in plain), shared
+        assert not any(shared[n] for n in depthwise), shared
+        mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algo, target)
+        executable, _ = build_gpu(mod, target, rules=rules_now)
+        if shutil.which("nvcc"):
+            assert "nvcc for sm_80" in check_device_code(executable, target)
+
+
 def test_cuda_graph_option_captures_the_models_kernels(
         tiny_imported: ImportedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`cuda_graph: true` builds the model in Relax's CUDA-graph rewrite: the kernels on the

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 from tvm import s_tir, te, tirx
+from tvm.target import Target
 
 # ConvSpec lives below this layer (the compiler reads it from tagged blocks too); it is
 # the argument of every method of the algorithm contract, so it is re-exported here.
@@ -123,6 +124,12 @@ class ConvAlgorithm(ABC):
         The layout pass asks it only there, so an algorithm that keeps some convs NCHW
         (`keeps_nchw`) can spare the reorders around a conv between two of them.
         """
+        return None
+
+    def gpu_schedule(self, func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
+        """This algorithm's untuned GPU schedule of `func`, a fused PrimFunc holding one of
+        its convs, or None for the generic thread binding (`dlas.compiler.gpu_schedule`).
+        Lives in the algorithm's folder (`gpu.py`) beside its CPU schedule."""
         return None
 
     def fallback(self) -> ConvAlgorithm | None:

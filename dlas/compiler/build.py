@@ -413,12 +413,14 @@ def compile_model(
     *,
     fold: str = "numpy",
     pass_config: dict | None = None,
+    gpu_schedules: str = "algorithm",
 ) -> CompileResult:
     """Compile `imp` with `algorithm` for `target` into `out_dir`.
 
     `pass_config`: the target's own PassContext options (`TargetSpec.pass_config`, e.g.
-    CUDA graphs). `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything
-    else compiles with the default.
+    CUDA graphs); `gpu_schedules`: a GPU's untuned schedules (`TargetSpec.gpu_schedules`).
+    `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything else compiles
+    with the default.
     """
     start = time.perf_counter()
     trace = CompileTrace()
@@ -441,7 +443,10 @@ def compile_model(
                     hooked.add(gvar.name_hint)
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
         with trace.phase("codegen"):  # GPU schedules are a small part of it
-            executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config)
+            rules = (None if gpu_schedules == "bindings" else
+                     {a.name: a.gpu_schedule for a in (algorithm, algorithm.fallback()) if a})
+            executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config,
+                                             rules=rules)
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)

@@ -1,14 +1,18 @@
-"""The untuned GPU baseline: every PrimFunc's loops bound to CUDA blocks and threads.
+"""The untuned GPU schedules: each algorithm's own where it has one, else every PrimFunc's
+loops bound to CUDA blocks and threads.
 
 The paper's untuned point is "a minimal schedule that uses thread parallelism". On a CPU
-that is `dlas.compiler.minimal_schedule` (parallel + vectorize); on a GPU a loop nest that
-is not bound to `blockIdx`/`threadIdx` does not even compile, so the minimum is a binding:
+that is `dlas.compiler.minimal_schedule` (parallel + vectorize). On a GPU:
 
-* dense PrimFuncs (TE computes, TVM's own ops): TVM's dlight `Fallback` rule. It inlines
-  what it can (padding, im2col, packing stages become part of their consumer), fuses a
-  block's spatial loops and splits them over `blockIdx.x` x `threadIdx.x`; reductions run
-  serially inside a thread. Deliberately *not* dlight's Matmul/GEMV/Reduction rules, which
-  are tuned-quality schedules (shared memory, tiling) and would not be a baseline.
+* a PrimFunc holding a conv whose algorithm has a GPU schedule
+  (`ConvAlgorithm.gpu_schedule`, in the algorithm's folder: the dense NCHW algorithms tile
+  the conv as an implicit GEMM in shared memory and registers,
+  `dlas.algorithms.gpu_implicit_gemm`) gets that schedule. A `cuda` target with
+  `schedules: bindings` skips it, so what the tiling buys shows beside the binding;
+* dense PrimFuncs otherwise (depthwise convs, TVM's own ops): the binding, TVM's dlight
+  `Fallback` rule. It inlines what it can (padding, im2col, packing stages become part of
+  their consumer), fuses a block's spatial loops and splits them over `blockIdx.x` x
+  `threadIdx.x`; reductions run serially inside a thread.
 * CSR kernels (a row block per output channel holding an update block whose reduction
   extent is read from `indptr`): `Fallback` either gives up on them or binds only the
   inner loops, leaving one kernel launch per row on the host. `_bind_blocks` binds the
@@ -31,13 +35,14 @@ import importlib.util
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import tvm
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from ..tir.conv_spec import CONV_ALGORITHM_ATTR
 from ..tir.schedule_helpers import root_block
 from .pipeline import SCHEDULED_ATTR, relax_finalize_pipeline, unscheduled_prim_funcs
 
@@ -128,10 +133,34 @@ def _bind_blocks(func: tirx.PrimFunc, threads: int) -> s_tir.Schedule:
     return sch
 
 
-def schedule_gpu_func(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule:
-    """The minimal GPU schedule of one PrimFunc (see the module docstring)."""
+#: An algorithm's GPU schedule of a PrimFunc holding its conv (`ConvAlgorithm.gpu_schedule`),
+#: or None where it has none for that PrimFunc.
+GpuScheduler = Callable[[tirx.PrimFunc, Target], "s_tir.Schedule | None"]
+
+
+def conv_algorithm_of(func: tirx.PrimFunc) -> str | None:
+    """The algorithm that made the conv in `func` (its blocks' annotation), if any."""
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(root_block(sch)):
+        for inner in [block, *sch.get_child_blocks(block)]:
+            name = sch.get(inner).annotations.get(CONV_ALGORITHM_ATTR)
+            if name is not None:
+                return str(name)
+    return None
+
+
+def schedule_gpu_func(func: tirx.PrimFunc, target: Target,
+                      rules: Mapping[str, GpuScheduler] | None = None) -> s_tir.Schedule:
+    """The untuned GPU schedule of one PrimFunc: the GPU schedule of the algorithm that
+    made its conv (`rules`, by algorithm name) where it has one, else the thread binding
+    (see the module docstring)."""
     from tvm.s_tir import dlight as dl
 
+    algorithm = conv_algorithm_of(func) if rules else None
+    if algorithm is not None and algorithm in rules:  # type: ignore[operator]
+        scheduled = rules[algorithm](func, target)  # type: ignore[index]
+        if scheduled is not None:
+            return scheduled
     sch = s_tir.Schedule(func)
     if not _has_nested_blocks(sch):
         scheduled = dl.gpu.Fallback().apply(func, target, False)
@@ -141,7 +170,8 @@ def schedule_gpu_func(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule:
 
 
 def apply_gpu_schedules(
-    mod: tvm.IRModule, target: Target, skip: set[str] = frozenset()
+    mod: tvm.IRModule, target: Target, skip: set[str] = frozenset(),
+    rules: Mapping[str, GpuScheduler] | None = None,
 ) -> tuple[tvm.IRModule, list[str]]:
     """Bind every unscheduled PrimFunc not in `skip` to GPU threads; return notes.
 
@@ -152,7 +182,7 @@ def apply_gpu_schedules(
     with target:
         for gvar, func in unscheduled_prim_funcs(mod, skip):
             try:
-                sch = schedule_gpu_func(func, target)
+                sch = schedule_gpu_func(func, target, rules)
             except Exception as err:
                 raise RuntimeError(
                     f"{gvar.name_hint}: no GPU thread binding ({type(err).__name__}: {err})"
@@ -224,14 +254,16 @@ def check_device_code(executable: tvm.runtime.Executable, target: Target) -> str
 
 
 def build_gpu(mod: tvm.IRModule, target: Target, skip: set[str] = frozenset(),
-              pass_config: dict[str, Any] | None = None
+              pass_config: dict[str, Any] | None = None,
+              rules: Mapping[str, GpuScheduler] | None = None,
               ) -> tuple[tvm.runtime.Executable, list[str]]:
-    """Bind, compile with the CUDA Relax pipeline and check the device code with nvcc.
+    """Schedule (the algorithms' GPU `rules`, else thread bindings), compile with the
+    CUDA Relax pipeline and check the device code with nvcc.
 
     `pass_config`: the target's PassContext options (its CUDA-graph rewrite, for one).
     Needs no GPU: the library holds CUDA source that TVM compiles when it is loaded.
     """
-    mod, notes = apply_gpu_schedules(mod, target, skip=skip)
+    mod, notes = apply_gpu_schedules(mod, target, skip=skip, rules=rules)
     with tvm.transform.PassContext(config=dict(pass_config or {})):
         executable = tvm.compile(mod, target=target,
                                  relax_pipeline=relax_finalize_pipeline(target))

@@ -64,7 +64,8 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
         activity = "tuning and compiling" if hook is not None else "compiling"
         with console.activity(f"{activity} with {point.algorithms.label}"):
             result = compile_model(imported.model, algorithm, target.tvm_target, job.dir,
-                                   schedule_hook=hook, pass_config=target.pass_config)
+                                   schedule_hook=hook, pass_config=target.pass_config,
+                                   gpu_schedules=target.gpu_schedules)
         tuning = hook.report.summary() if hasattr(hook, "report") else None
         tuning_s = tuning["seconds"] if tuning else 0.0
         return CompileFacts(

@@ -37,3 +37,7 @@ class TargetSpec:
     #: CUDA-graph rewrite, `relax.backend.use_cuda_graph`). Part of the compile key
     #: through the target's parameters, and so of the row.
     pass_config: dict[str, Any] = field(default_factory=dict)
+    #: A GPU's untuned schedules: "algorithm" (each conv algorithm's own GPU schedule
+    #: where it has one, `ConvAlgorithm.gpu_schedule`) or "bindings" (every kernel only
+    #: bound to blocks and threads: the benchmark row that shows what the tiling buys).
+    gpu_schedules: str = "algorithm"

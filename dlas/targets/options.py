@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -192,6 +192,11 @@ class CUDAParams(BaseModel):
                     f"{DEFAULT_CUDA_ARCH})")
     host: LLVMParams = Field(default_factory=LLVMParams,
                              description="the CPU side (an `llvm` target's params)")
+    schedules: Literal["algorithm", "bindings"] = Field(
+        "algorithm", description="untuned kernels: algorithm (each conv algorithm's GPU "
+                                 "schedule: dense convs tiled as implicit GEMMs in shared "
+                                 "memory and registers) or bindings (threads bound only, "
+                                 "the reduction serial per thread)")
     cuda_graph: bool = Field(
         False, description="build with Relax's CUDA-graph rewrite: the kernels that touch "
                            "only the model's own buffers are captured into a CUDA graph on "
@@ -220,7 +225,8 @@ def cuda_spec(params: CUDAParams, *, board: bool = False) -> TargetSpec:
         fingerprint={"gpu": gpu["name"] if gpu else None, "arch": arch,
                      "host": host_spec.fingerprint},
         unmeasurable=unmeasurable,
-        pass_config={CUDA_GRAPH_CONFIG: True} if params.cuda_graph else {})
+        pass_config={CUDA_GRAPH_CONFIG: True} if params.cuda_graph else {},
+        gpu_schedules=params.schedules)
 
 
 @register("targets", "cuda", params=CUDAParams,

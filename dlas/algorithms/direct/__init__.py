@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.target import Target
 
 from ...tir.schedule_helpers import target_is_gpu
 from ..base import RAW_WEIGHT, ConvAlgorithm, ConvSpec
@@ -27,6 +28,7 @@ from .compute import (
     direct_csr_plan,
     pack_columns,
 )
+from .gpu import schedule_direct_gpu
 from .schedule import (
     schedule_csr_rows_form,
     schedule_direct,
@@ -72,6 +74,9 @@ class DirectConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
         if not spec.is_nchw:
             return schedule_direct_vector(sch, block, spec)
         return schedule_direct(sch, block, spec, vectorize=self.vectorize)
+
+    def gpu_schedule(self, func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
+        return schedule_direct_gpu(func, target)
 
 
 #: Why a strided NCHW conv is not computed in place by `direct_csr` (see its fallback).

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.target import Target
 
 from ...tir.schedule_helpers import target_is_gpu
 from ..base import ConvAlgorithm, ConvSpec
@@ -26,6 +27,7 @@ from .compute import (
     conv2d_vector_gemm_dot,
     gemm_csr_plan,
 )
+from .gpu import schedule_gemm_gpu
 from .schedule import (
     schedule_gemm,
     schedule_gemm_csr,
@@ -69,6 +71,9 @@ class GemmConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
         if not spec.is_nchw:
             return schedule_gemm_vector(sch, block, spec)
         return schedule_gemm(sch, block, spec)
+
+    def gpu_schedule(self, func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
+        return schedule_gemm_gpu(func, target)
 
 
 class GemmCSRConv(CSRFormat, ConvAlgorithm):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-from tvm import s_tir, te
+from tvm import s_tir, te, tirx
 from tvm.s_tir.schedule import LoopRV, SBlockRV
+from tvm.target import Target
 
 from ...tir.schedule_helpers import target_is_gpu
 from ..base import ConvAlgorithm, ConvSpec
@@ -28,6 +29,7 @@ from .compute import (
     pack_kernel,
     spatial_pack_csr_plan,
 )
+from .gpu import schedule_spatial_pack_gpu
 from .schedule import (
     schedule_spatial_pack,
     schedule_spatial_pack_csr,
@@ -78,6 +80,9 @@ class SpatialPackConv(Int8DotProduct, VectorLayouts, ConvAlgorithm):
             return schedule_spatial_pack_vector(sch, block, spec,
                                                 dot=dot_intrinsic(spec) if dotted else None)
         return schedule_spatial_pack(sch, block, spec)
+
+    def gpu_schedule(self, func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
+        return schedule_spatial_pack_gpu(func, target)
 
 
 class SpatialPackCSRConv(CSRFormat, ConvAlgorithm):

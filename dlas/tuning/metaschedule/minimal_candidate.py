@@ -28,6 +28,7 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
+from dlas.compiler.gpu_schedule import GpuScheduler
 from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.tasks import Task
@@ -36,14 +37,16 @@ log = logging.getLogger(__name__)
 
 
 def minimal_schedule(task: Task, schedulers: Mapping[str, ConvScheduler],
-                     target: tvm.target.Target, vector_bits: int) -> s_tir.Schedule:
-    """The task's untuned schedule, traced so the database can replay it: on a GPU the
-    thread binding an untuned point runs (`gpu_schedule`), on a CPU the algorithm's own."""
+                     target: tvm.target.Target, vector_bits: int,
+                     gpu_rules: Mapping[str, GpuScheduler] | None = None) -> s_tir.Schedule:
+    """The task's untuned schedule, traced so the database can replay it: on a GPU what an
+    untuned point runs (`gpu_schedule`: the algorithm's GPU schedule from `gpu_rules`,
+    else the thread binding), on a CPU the algorithm's own."""
     if target.kind.name == "cuda":
         from dlas.compiler.gpu_schedule import schedule_gpu_func
 
         with target:
-            return schedule_gpu_func(task.mod["main"], target)
+            return schedule_gpu_func(task.mod["main"], target, gpu_rules)
     sch = s_tir.Schedule(task.mod)
     with target:
         schedule_blocks(sch, dict(schedulers), vector_bits)
@@ -121,10 +124,12 @@ def ensure_minimals(db: TuningDatabase, tasks: list[Task],
                     target: tvm.target.Target, vector_bits: int,
                     builder: ms.builder.Builder,
                     runner_for: Callable[[Task], ms.runner.Runner],
+                    gpu_rules: Callable[[Task], Mapping[str, GpuScheduler]] | None = None,
                     ) -> dict[str, tuple[float | None, str]]:
     """Each task's minimal schedule measured and in the database (once per workload and
     target), by task name: its mean time in us, or None and why it could not be measured.
-    Tasks whose minimal schedule is already recorded cost nothing."""
+    Tasks whose minimal schedule is already recorded cost nothing. `gpu_rules`: each
+    task's algorithms' GPU schedules (None: thread bindings)."""
     out: dict[str, tuple[float | None, str]] = {}
     todo: list[tuple[Task, s_tir.Schedule]] = []
     for task in tasks:
@@ -133,7 +138,9 @@ def ensure_minimals(db: TuningDatabase, tasks: list[Task],
             out[task.name] = (known, "")
             continue
         try:
-            todo.append((task, minimal_schedule(task, schedulers(task), target, vector_bits)))
+            rules = gpu_rules(task) if gpu_rules is not None else None
+            todo.append((task, minimal_schedule(task, schedulers(task), target, vector_bits,
+                                                rules)))
         except Exception as exc:  # noqa: BLE001 - no minimal candidate: the search decides
             log.debug("minimal schedule of %s failed: %s", task.name, exc)
             out[task.name] = (None, f"minimal schedule failed: {type(exc).__name__}: {exc}")

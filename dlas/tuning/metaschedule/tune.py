@@ -30,6 +30,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from dlas import registry
+from dlas.compiler.gpu_schedule import GpuScheduler
 from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
@@ -139,6 +140,15 @@ def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
     for name in names:
         option = registry.get("algorithms", name)
         out[name] = option.fn(option.parse_params({})).schedule
+    return out
+
+
+def _gpu_schedulers(names: set[str]) -> dict[str, GpuScheduler]:
+    """Each named conv algorithm's GPU schedule (with default parameters)."""
+    out: dict[str, GpuScheduler] = {}
+    for name in names:
+        option = registry.get("algorithms", name)
+        out[name] = option.fn(option.parse_params({})).gpu_schedule
     return out
 
 
@@ -279,9 +289,11 @@ class MetaScheduleHook:
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
+        gpu_rules = (None if self.target.gpu_schedules == "bindings"
+                     else lambda t: _gpu_schedulers(t.algorithms))
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
-            self._builder(), self._candidate_runner) if tasks else {}
+            self._builder(), self._candidate_runner, gpu_rules) if tasks else {}
         if fresh:
             failed = [name for name, (us, _) in measured.items() if us is None]
             self.say(f"minimal schedules measured in {time.perf_counter() - started:.1f}s"
