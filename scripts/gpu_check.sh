@@ -88,6 +88,15 @@ config["targets"] = ["cuda", graph, bindings]
 for t in config["tuning"]:
     if isinstance(t, dict) and t.get("name") == "metaschedule":
         t["params"]["trials"] = 32
+# a tuned sparse point beside the tuned dense one: the pruned ResNet18's gemm_csr, its row
+# kernels searched in the GPU sparse space (threads per block, unrolling)
+config["exclude"] = [rule for rule in config["exclude"]
+                     if rule != {"tuning": "metaschedule", "compression": "weight_pruning"}]
+for rule in config["exclude"]:
+    if rule.get("tuning") == "metaschedule" and isinstance(rule.get("algorithms"), list):
+        rule["algorithms"] = [a for a in rule["algorithms"] if a != "gemm_csr"]
+config["exclude"].append({"tuning": "metaschedule", "compression": "weight_pruning",
+                          "algorithms": "gemm"})
 # PyTorch's other modes beside eager: replayed from a CUDA graph, and torch.compile
 # (reduce-overhead: Inductor's kernels in CUDA graphs), on the dense models
 graph_torch, compiled = "pytorch(mode=cuda_graph)", "pytorch(mode=compile)"

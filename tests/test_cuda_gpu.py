@@ -81,6 +81,21 @@ def test_a_metaschedule_point_is_tuned_and_measured_on_the_gpu(tmp_path: Path,
     assert row.tuning_trials and row.tuning_trials > 0
 
 
+def test_a_sparse_point_is_tuned_and_measured_on_the_gpu(tmp_path: Path,
+                                                        shared_cache: Path) -> None:
+    """The pruned model's CSR row kernels searched in the GPU sparse space
+    (`gpu_csr_space`: threads per block, unrolling), verified and timed there."""
+    tuning = ("tuning:\n  - name: metaschedule\n    params: {trials: 8, trials_per_task: 8,"
+              " trials_per_iter: 8, population: 16, early_stopping: null, tasks: convs}")
+    text = cuda_sweep("cuda_sparse_tuned", ["gemm_csr"], tuning)
+    report, rows = run(text, tmp_path, shared_cache)
+    measured = [r for r in rows if r.status != "not_runnable"]
+    assert report.failed == 0, [(r.algorithm, r.error) for r in rows]
+    (row,) = measured  # gemm_csr on the pruned model (the dense one has no zeros)
+    assert_measured(row)
+    assert row.tuning_trials and row.tuning_trials > 0
+
+
 def test_cuda_graphs_and_pytorchs_modes_are_measured_on_the_gpu(tmp_path: Path,
                                                                  shared_cache: Path) -> None:
     """TVM with and without its CUDA-graph rewrite, and PyTorch eager, replayed from a

@@ -402,3 +402,44 @@ def test_cuda_search_samples_its_first_population() -> None:
                    database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
     candidates = ctx.generate_measure_candidates()
     assert candidates is not None and len(candidates) == 4
+
+
+def test_cuda_sparse_search_samples_real_gpu_candidates() -> None:
+    """A tuned sparse point on a GPU searches its own space (`gpu_csr_space`): the row
+    kernels' threads per block and unrolling sampled, every candidate bound to threads
+    and passing the GPU's limits; one builds with the tuner's build function (nvcc)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from dlas._compat.tensor_intrin import register_for
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.tuning.metaschedule.sparse_space import gpu_csr_space
+    from dlas.tuning.metaschedule.tasks import extract
+    from dlas.tuning.metaschedule.tune import evolutionary_search
+    from tests.plugins.tiny_cnn import TinyCNN
+
+    torch.manual_seed(0)
+    model = TinyCNN(10).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_((torch.rand_like(p) > 0.5).float())
+    imported = import_torch_model(model, (1, 3, 32, 32))  # 16x16 outputs: threads to choose
+    target = make_target(spec("cuda", arch="sm_90").tvm_target)
+    mod, _ = lower_to_tir(imported.mod, imported.params, algorithm("direct_csr"), target)
+    task = next(t for t in extract(mod, target) if t.kind == "sparse")
+    register_for(target)  # as a session does first (else MetaSchedule registers all: ~70 s)
+    ctx = ms.TuneContext(mod=task.mod, target=target, space_generator=gpu_csr_space(target),
+                         search_strategy=evolutionary_search(8), task_name=task.name,
+                         num_threads=2, rand_state=3)
+    ctx.pre_tuning(max_trials=8, num_trials_per_iter=8, design_spaces=ctx.generate_design_space(),
+                   database=ms.database.MemoryDatabase(), cost_model=ms.cost_model.RandomModel())
+    candidates = ctx.generate_measure_candidates()
+    assert candidates is not None and len(candidates) >= 2
+    scripts = [c.sch.mod.script() for c in candidates]
+    assert all("threadIdx.x" in s for s in scripts)
+    assert len(set(scripts)) >= 2  # the decisions differ between candidates
+    if shutil.which("nvcc") is not None:
+        from dlas.tuning.metaschedule.build_worker import build_candidate
+
+        builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=120, f_build=build_candidate)
+        (built,) = builder.build([ms.builder.BuilderInput(candidates[0].sch.mod, target)])
+        assert not built.error_msg, built.error_msg

@@ -90,8 +90,24 @@ def _extent(sch: s_tir.Schedule, loops: list[s_tir.schedule.LoopRV]) -> int | No
     return total
 
 
+#: How many threads a bound loop nest gets: `(extent of its fused spatial loops or None,
+#: whether they also span blocks) -> a count` (an int, or a sampled one in a search space).
+ThreadCount = Callable[[int | None, bool], "int | s_tir.schedule.ExprRV"]
+
+
+def fixed_threads(threads: int) -> ThreadCount:
+    """`threads` per block; a row's pixels (not spanning blocks) get no more than it has."""
+
+    def count(extent: int | None, with_blocks: bool) -> int:
+        if not with_blocks and extent is not None:
+            return max(1, min(threads, extent))  # a small row wastes no threads
+        return threads
+
+    return count
+
+
 def _bind_threads(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV,
-                  loops: list[s_tir.schedule.LoopRV], threads: int,
+                  loops: list[s_tir.schedule.LoopRV], threads: ThreadCount,
                   with_blocks: bool) -> None:
     """Spatial loops of `loops` first, fused and split over (blockIdx.x,) threadIdx.x."""
     kinds = _loop_kinds(sch, block, loops)
@@ -103,20 +119,17 @@ def _bind_threads(sch: s_tir.Schedule, block: s_tir.schedule.SBlockRV,
         spatial = [sch.add_unit_loop(block)]
     if rest:
         sch.reorder(*spatial, *rest)
-    extent = _extent(sch, spatial)
-    if not with_blocks and extent is not None:
-        threads = max(1, min(threads, extent))  # a small row wastes no threads
+    count = threads(_extent(sch, spatial), with_blocks)
     fused = sch.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-    outer, inner = sch.split(fused, factors=[None, threads])
+    outer, inner = sch.split(fused, factors=[None, count])
     if with_blocks:
         sch.bind(outer, "blockIdx.x")
     sch.bind(inner, "threadIdx.x")
 
 
-def _bind_blocks(func: tirx.PrimFunc, threads: int) -> s_tir.Schedule:
+def bind_blocks(sch: s_tir.Schedule, threads: ThreadCount) -> None:
     """One kernel per child block of the root: CSR row blocks over blockIdx.x with their
     pixels over threadIdx.x, every other block like dlight's Fallback (no inlining)."""
-    sch = s_tir.Schedule(func)
     for block in sch.get_child_blocks(root_block(sch)):
         children = sch.get_child_blocks(block)
         loops = sch.get_loops(block)
@@ -130,6 +143,11 @@ def _bind_blocks(func: tirx.PrimFunc, threads: int) -> s_tir.Schedule:
         for child in children:
             inner = sch.get_loops(child)[1:]  # below the fused row loop
             _bind_threads(sch, child, inner, threads, with_blocks=False)
+
+
+def _bind_blocks(func: tirx.PrimFunc, threads: int) -> s_tir.Schedule:
+    sch = s_tir.Schedule(func)
+    bind_blocks(sch, fixed_threads(threads))
     return sch
 
 

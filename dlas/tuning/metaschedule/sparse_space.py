@@ -18,6 +18,12 @@ row nest of every CSR kernel into a space with three sampled decisions:
 MetaSchedule's evolutionary search mutates these decisions (`MutateTileSize`,
 `MutateUnroll`) and its cost model ranks them like any other candidate.
 
+On a GPU the CSR kernels are row kernels (one thread block per output-channel row, its
+pixels over threads; `dlas.compiler.gpu_schedule`), and `gpu_csr_space` samples that
+schedule's threads per block for every nest and the unrolling of the non-zero loop
+(`MutateThreadBinding`, `MutateUnroll`), its candidates checked against the GPU's limits
+(`VerifyGPUCode`).
+
 The NCHW CSR algorithms' pixel-tile kernel (`dlas.algorithms.spmm_kernel`) is one opaque
 block whose loops no primitive reaches; its decisions (tile size, chunks taken at once,
 loop order) are sampled with `sample_categorical` and written on the block as
@@ -36,6 +42,7 @@ from tvm.s_tir.schedule import LoopRV, SBlockRV
 from dlas.algorithms.schedule_util import CSR_ROW_RULE, csr_update_loops, parallel_outer
 from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of
 from dlas.algorithms.spmm_rebuild import REQUESTS, choices
+from dlas.compiler.gpu_schedule import ThreadCount, bind_blocks
 from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
 from dlas.tir.schedule_helpers import const_extent, root_block, vector_lanes
 
@@ -122,4 +129,45 @@ def csr_space(
         # the block-CSR rows' tile sizes and unrolling; the pixel-tile kernel's categorical
         # decisions are resampled in each generation's fresh candidates
         mutator_probs={ms.mutator.MutateTileSize(): 0.8, ms.mutator.MutateUnroll(): 0.2},
+    )
+
+
+#: Threads per block the GPU sparse space samples (a warp to half the block limit).
+GPU_THREADS = (32, 64, 128, 256, 512)
+
+
+def sampled_threads(sch: s_tir.Schedule) -> ThreadCount:
+    """A `ThreadCount` that samples each nest's threads per block from `GPU_THREADS`, no
+    more than its spatial extent; MetaSchedule's `MutateThreadBinding` mutates them."""
+
+    def count(extent: int | None, with_blocks: bool) -> int | s_tir.schedule.ExprRV:
+        options = sorted({min(t, extent) if extent else t for t in GPU_THREADS})
+        if len(options) == 1:
+            return options[0]
+        return sch.sample_categorical(candidates=options, probs=[1.0 / len(options)] * len(options))
+
+    return count
+
+
+def gpu_csr_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
+    """The search space of a task holding GPU CSR kernels: the untuned schedule's shape
+    (one block per output-channel row, its pixels over threads, each thread walking the
+    row's non-zeros; `dlas.compiler.gpu_schedule`), with the threads per block of every
+    nest and the explicit unrolling of the non-zero loop sampled. The paper tuned no
+    sparse model on a GPU: this is the space that lets dlas."""
+
+    def apply(sch: s_tir.Schedule) -> None:
+        with target:
+            bind_blocks(sch, sampled_threads(sch))
+        depth = sch.sample_categorical(
+            candidates=list(UNROLL_DEPTHS), probs=[1.0 / len(UNROLL_DEPTHS)] * len(UNROLL_DEPTHS))
+        sch.annotate(root_block(sch), "meta_schedule.unroll_explicit", depth)
+
+    return ms.space_generator.ScheduleFn(
+        apply,
+        sch_rules=[],
+        # the unroll pragmas; the GPU's own limits (threads, shared memory) checked; the
+        # dynamic loop left alone (no DisallowDynamicLoop)
+        postprocs=[ms.postproc.RewriteParallelVectorizeUnroll(), ms.postproc.VerifyGPUCode()],
+        mutator_probs={ms.mutator.MutateThreadBinding(): 0.5, ms.mutator.MutateUnroll(): 0.5},
     )

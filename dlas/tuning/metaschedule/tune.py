@@ -65,7 +65,7 @@ from dlas.tuning.metaschedule.report import (
     reused_report,
     with_source,
 )
-from dlas.tuning.metaschedule.sparse_space import csr_space
+from dlas.tuning.metaschedule.sparse_space import csr_space, gpu_csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 from dlas.tuning.metaschedule.transfer import (
     measure_transfers,
@@ -373,6 +373,8 @@ class MetaScheduleHook:
     def _space(self, task: Task, kind: str, target: tvm.target.Target) -> Any:
         if self.space_for is not None:
             return self.space_for(task)
+        if kind == "sparse" and target.kind.name == "cuda":
+            return gpu_csr_space(target)
         if kind == "sparse":
             return csr_space(_schedulers(task.algorithms), target, _vector_bits(target))
         if kind == "vector":
