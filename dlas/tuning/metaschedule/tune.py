@@ -134,22 +134,20 @@ def evolutionary_search(population: int) -> ms.search_strategy.EvolutionarySearc
         max_fail_count=INIT_SAMPLE_ROUNDS)
 
 
+def _algorithms(names: set[str]) -> dict[str, Any]:
+    """Each named conv algorithm, with default parameters."""
+    options = {name: registry.get("algorithms", name) for name in names}
+    return {name: option.fn(option.parse_params({})) for name, option in options.items()}
+
+
 def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
-    """Each named conv algorithm's schedule (with default parameters)."""
-    out: dict[str, ConvScheduler] = {}
-    for name in names:
-        option = registry.get("algorithms", name)
-        out[name] = option.fn(option.parse_params({})).schedule
-    return out
+    """Each named conv algorithm's CPU schedule."""
+    return {name: algorithm.schedule for name, algorithm in _algorithms(names).items()}
 
 
 def _gpu_schedulers(names: set[str]) -> dict[str, GpuScheduler]:
-    """Each named conv algorithm's GPU schedule (with default parameters)."""
-    out: dict[str, GpuScheduler] = {}
-    for name in names:
-        option = registry.get("algorithms", name)
-        out[name] = option.fn(option.parse_params({})).gpu_schedule
-    return out
+    """Each named conv algorithm's GPU schedule."""
+    return {name: algorithm.gpu_schedule for name, algorithm in _algorithms(names).items()}
 
 
 def _vector_bits(target: tvm.target.Target) -> int:
