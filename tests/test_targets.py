@@ -443,3 +443,29 @@ def test_cuda_sparse_search_samples_real_gpu_candidates() -> None:
         builder = ms.builder.LocalBuilder(max_workers=1, timeout_sec=120, f_build=build_candidate)
         (built,) = builder.build([ms.builder.BuilderInput(candidates[0].sch.mod, target)])
         assert not built.error_msg, built.error_msg
+
+
+@pytest.mark.parametrize(("dtype", "out", "tiled"), [("float32", "float32", True),
+                                                     ("float16", "float32", True),
+                                                     ("int8", "int32", False)])
+def test_implicit_gemm_takes_float_convs_and_leaves_int8_to_the_binding(
+        dtype: str, out: str, tiled: bool) -> None:
+    """The implicit-GEMM rule tiles float products; an int8 one keeps the thread binding
+    until a GPU has checked dlight's int8 path (`UNCHECKED_DTYPES`)."""
+    from tvm import te
+
+    from dlas.algorithms.gpu_implicit_gemm import implicit_gemm_schedule
+    from dlas.compiler.build import make_target
+
+    a = te.placeholder((128, 128), dtype, name="A")
+    b = te.placeholder((128, 128), dtype, name="B")
+    k = te.reduce_axis((0, 128), name="k")
+    c = te.compute((128, 128), lambda i, j: te.sum(a[i, k].astype(out) * b[j, k].astype(out),
+                                                   axis=k), name="C")
+    func = te.create_prim_func([a, b, c])
+    target = make_target(spec("cuda", arch="sm_80").tvm_target)
+    with target:
+        scheduled = implicit_gemm_schedule(func, target)
+    assert (scheduled is not None) is tiled
+    if tiled:
+        assert '"shared' in scheduled.mod.script()

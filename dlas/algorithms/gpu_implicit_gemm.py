@@ -17,7 +17,9 @@ untuned point as the paper means it (TVM's defaults), not a tuned one.
 
 Each dense algorithm's `gpu.py` calls this on the PrimFuncs that hold its convs; where
 the rule does not apply (a depthwise conv has no reduction over channels to tile, for
-one) it returns None and the thread binding stands.
+one) it returns None and the thread binding stands. float32 and float16 convs build
+(nvcc-checked on the CPU machines); int8 ones keep the binding until a GPU has checked
+dlight's int8 path against dlas's requantizing epilogues.
 """
 
 from __future__ import annotations
@@ -25,14 +27,35 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.target import Target
 
+from .._compat.tensor_intrin import register_for
+
+#: Integer types whose convs keep the thread binding: dlight's int8 path (and its tensor
+#: cores) is not yet checked on a GPU with dlas's requantizing epilogues.
+UNCHECKED_DTYPES = frozenset({"int8", "uint8"})
+
 
 def implicit_gemm_schedule(func: tirx.PrimFunc, target: Target) -> s_tir.Schedule | None:
     """dlight's Matmul schedule of `func` (its conv as an implicit GEMM), or None where
-    the rule does not apply."""
+    the rule does not apply or the conv is an integer one (`UNCHECKED_DTYPES`)."""
     from tvm.s_tir import dlight as dl
+
+    if _reads_integers(func):
+        return None
+    # the rule tensorizes float16 onto tensor cores, importing TVM's intrinsics: register
+    # only CUDA's, cheaply (all of them take 70-180 s in a process with torch loaded)
+    register_for(target)
 
     scheduled = dl.gpu.Matmul().apply(func, target, False)
     if scheduled is None:
         return None
     # dlight returns one schedule (or a list of them for several candidate spaces)
     return scheduled[0] if isinstance(scheduled, list) else scheduled
+
+
+def _reads_integers(func: tirx.PrimFunc) -> bool:
+    """Whether a block of `func` reads an `UNCHECKED_DTYPES` buffer (an int8 conv's data
+    or weight)."""
+    sch = s_tir.Schedule(func)
+    blocks = list(sch.get_child_blocks(sch.get_sblock(func.body.block.name_hint)))
+    return any(str(region.source.dtype) in UNCHECKED_DTYPES
+               for block in blocks for region in sch.get(block).reads)
