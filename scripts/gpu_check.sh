@@ -123,4 +123,6 @@ dlas results --workspace /tmp/ws --columns \
 cat "$OUT/results.txt"
 dlas results --workspace /tmp/ws --json > "$OUT/results.json" 2>&1
 cp /tmp/ws/results.db "$OUT/" 2>/dev/null
+# the study's table: every TVM and PyTorch mode beside PyTorch eager on this GPU
+python3 benchmarks/gpu_study.py --db /tmp/ws/results.db 2>&1 | tee "$OUT/gpu_study.txt"
 exit 0

@@ -1,0 +1,97 @@
+"""The GPU study's table from a workspace that ran on a GPU (`scripts/gpu_check.sh` leaves
+one in `$OUT/results.db`): per model and compression, TVM's best untuned row with the
+algorithms' own GPU schedules, with thread bindings only and replayed from a CUDA graph,
+the tuned rows, and PyTorch eager, replayed from a CUDA graph and `torch.compile`d, all
+on the same GPU in the same sweep; each beside PyTorch eager as a ratio (> 1: faster
+than eager).
+
+    python benchmarks/gpu_study.py --db /path/to/results.db
+
+Only verified rows count. A column with no row says "-"; a workspace without GPU rows
+says so and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+#: Columns: (heading, does a row belong in it).
+COLUMNS: list[tuple[str, Any]] = [
+    ("TVM untuned", lambda r: _tvm(r) and r.tuning == "none" and _target(r) == "cuda"),
+    ("TVM bindings only", lambda r: _tvm(r) and r.tuning == "none"
+     and "schedules=bindings" in _target(r)),
+    ("TVM + CUDA graph", lambda r: _tvm(r) and r.tuning == "none"
+     and "cuda_graph=True" in _target(r)),
+    ("TVM tuned", lambda r: _tvm(r) and r.tuning.startswith("metaschedule")),
+    ("PyTorch eager", lambda r: r.backend == "pytorch" and "mode=" not in r.tuning),
+    ("PyTorch CUDA graph", lambda r: r.backend == "pytorch" and "mode=cuda_graph" in r.tuning),
+    ("torch.compile", lambda r: r.backend == "pytorch" and "mode=compile" in r.tuning),
+]
+
+
+def _tvm(row: Any) -> bool:
+    return row.backend == "tvm"
+
+
+def _target(row: Any) -> str:
+    return row.target or ""
+
+
+def table(rows: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(model, compression) -> column -> its fastest verified row."""
+    out: dict[tuple[str, str], dict[str, Any]] = defaultdict(dict)
+    for row in rows:
+        if row.status != "ok" or row.verified != 1 or row.latency_median_ms is None:
+            continue
+        if row.device_kind != "gpu":
+            continue
+        key = (row.model.split("(")[0], row.compression.split("(")[0])
+        for heading, belongs in COLUMNS:
+            if belongs(row):
+                best = out[key].get(heading)
+                if best is None or row.latency_median_ms < best.latency_median_ms:
+                    out[key][heading] = row
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", type=Path, required=True, help="a results.db from a GPU run")
+    args = parser.parse_args()
+    from dlas.results.store import ResultStore
+
+    with ResultStore(args.db) as store:
+        cells = table(store.rows())
+    if not cells:
+        print(f"no verified GPU rows in {args.db}")
+        return 1
+    gpu = next(iter(next(iter(cells.values())).values())).environment.get("gpu")
+    gpu = gpu.get("model", gpu) if isinstance(gpu, dict) else gpu
+    print(f"GPU: {gpu}; median ms (x = PyTorch eager / this: > 1 is faster than eager)")
+    head = ["model", "compression", *(h for h, _ in COLUMNS)]
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+    for (model, compression), by in sorted(cells.items()):
+        eager = by.get("PyTorch eager")
+        line = [model, compression]
+        for heading, _ in COLUMNS:
+            row = by.get(heading)
+            if row is None:
+                line.append("-")
+                continue
+            text = f"{row.latency_median_ms:.3f}"
+            if eager is not None and heading != "PyTorch eager":
+                text += f" ({eager.latency_median_ms / row.latency_median_ms:.2f}x)"
+            if heading.startswith("TVM") and row.algorithm:
+                text += f" {row.algorithm}"
+            line.append(text)
+        print(" | ".join(line))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
