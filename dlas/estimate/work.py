@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlas.registry import PRUNING_TAG
 from dlas.sweep.grid import Point, canonical_json
 
 
@@ -24,9 +25,10 @@ def parent_of(stage: str) -> str | None:
 
     return BY_NAME[stage].parent
 
-#: Compression options that fine-tune (budgets.finetune_epochs in total, split over their
-#: levels); an option with a `levels` or `level` parameter is taken to fine-tune too.
-FINETUNING = frozenset({"weight_pruning", "channel_pruning", "channel_pruning_physical"})
+#: A compression option fine-tunes (budgets.finetune_epochs in total, split over its
+#: levels) when it is tagged `pruning` (`registry.PRUNING_TAG`: every pruning option dlas
+#: ships, and a plugin's); an option with a `levels` or `level` parameter is taken to
+#: fine-tune too.
 
 #: (train images, test images) of the datasets dlas ships; another dataset counts as
 #: CIFAR-10 (the paper's), and an ImageNet-tagged one as the ImageNet validation set.
@@ -133,8 +135,8 @@ def model_size(point: Point) -> ModelSize:
 def _compression_levels(point: Point) -> int:
     c = point.compression
     params = c.params
-    if c.name not in FINETUNING and not hasattr(params, "levels") and not hasattr(params,
-                                                                                 "level"):
+    if (PRUNING_TAG not in c.tags and not hasattr(params, "levels")
+            and not hasattr(params, "level")):
         return 0
     levels = getattr(params, "levels", None) or getattr(params, "steps", None)
     return len(levels) if isinstance(levels, list | tuple) and levels else 1
