@@ -344,8 +344,9 @@ def test_cuda_point_is_compiled_then_not_runnable(tmp_path: Path, shared_cache: 
 def test_cuda_minimal_candidates_build_and_replay(tiny_imported: ImportedModel,
                                                   name: str) -> None:
     """A tuned CUDA point first measures each task's untuned schedule as a candidate: on
-    a GPU that is the thread binding (`schedule_gpu_func`), not the CPU's loops, which do
-    not compile for a GPU (found on the H100: every candidate failed to build). Each
+    a GPU that is the algorithm's GPU schedule or the thread binding (`schedule_gpu_func`),
+    not the CPU's loops, which do not compile for a GPU (found on the H100: every
+    candidate failed to build). Each
     candidate builds for the GPU, and its trace replays on the unscheduled task, as
     `MetaScheduleApplyDatabase` replays it."""
     from tvm import s_tir
@@ -360,12 +361,16 @@ def test_cuda_minimal_candidates_build_and_replay(tiny_imported: ImportedModel,
     mod, _ = lower_to_tir(tiny_imported.mod, tiny_imported.params, algorithm(name), target)
     tasks = extract(mod, target)
     assert tasks
-    schedules = [minimal_schedule(task, {}, target, 0) for task in tasks]
+    algo = algorithm(name)
+    rules = {a.name: a.gpu_schedule for a in (algo, algo.fallback()) if a}
+    schedules = [minimal_schedule(task, {}, target, 0, rules) for task in tasks]
     for task, sch in zip(tasks, schedules, strict=True):
         assert "threadIdx.x" in sch.mod.script(), task.name
         replayed = s_tir.Schedule(task.mod)
         sch.trace.apply_to_schedule(replayed, remove_postproc=False)
         tvm.ir.assert_structural_equal(replayed.mod, sch.mod)
+    if name == "gemm":  # the implicit GEMM's tiles, not only the binding, replay too
+        assert any('"shared' in sch.mod.script() for sch in schedules)
     if name == "gemm" and shutil.which("nvcc") is not None:  # one build, as tuning builds
         from dlas.tuning.metaschedule.build_worker import build_candidate
 
