@@ -73,7 +73,7 @@ def test_a_metaschedule_point_is_tuned_and_measured_on_the_gpu(tmp_path: Path,
     tuning = ("tuning:\n  - name: metaschedule\n    params: {trials: 8, trials_per_task: 8,"
               " trials_per_iter: 8, population: 16, early_stopping: null, tasks: convs}")
     text = cuda_sweep("cuda_tuned", ["direct"], tuning).replace(
-        PRUNED + "\n", "")  # dense only: sparse code is not tuned on GPUs
+        PRUNED + "\n", "")  # dense only (the sparse point: the test below)
     report, rows = run(text, tmp_path, shared_cache)
     assert report.failed == 0, [(r.algorithm, r.error) for r in rows]
     (row,) = rows

@@ -55,11 +55,9 @@ def tuning_possible(point: Point) -> str | None:
     from dlas.targets.resolve import resolve_target
 
     target = resolve_target(point)
-    csr = "csr" in point.algorithms.tags
-    if csr and target.device != "cpu":
-        return ("unsupported: sparse (CSR) code cannot be tuned on GPUs: MetaSchedule's GPU "
-                "rules bind tiled loops to threads, and a CSR loop's extent is read from "
-                "memory (the DLAS paper could not tune sparse GPU code either)")
+    # sparse (CSR) code is tuned on GPUs too, in its own space (`sparse_space.gpu_csr_space`;
+    # MetaSchedule's GPU rules cannot split a loop whose extent is read from memory, and
+    # the DLAS paper could not tune sparse GPU code)
     if target.unmeasurable and target.rpc is None:
         return ("unsupported here: tuning measures candidates on the target, and "
                 f"{target.unmeasurable}")
