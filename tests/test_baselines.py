@@ -474,30 +474,19 @@ def test_a_cuda_graph_peer_needs_a_gpu_and_tf32_is_restored() -> None:
     assert torch.backends.cudnn.allow_tf32 is before
 
 
-def test_a_torch_compiled_peer_computes_the_module_and_says_how_it_was_built() -> None:
-    """torch.compile (TorchInductor's C++ kernels on this CPU) on a small conv net: the
-    same outputs as eager, compiled before any call is timed, its mode on the row."""
+def test_a_torch_compiled_peer_is_verified_and_timed_in_a_sweep(tmp_path: Path) -> None:
+    """torch.compile (TorchInductor's C++ kernels on this CPU) as a sweep's baseline: compiled
+    before anything is verified or timed, verified against the reference like every
+    row, its mode and compile seconds on the row."""
     import shutil
-
-    import torch
-
-    from dlas.tuning.baselines.torch_compiled import TorchCompiledPeer
 
     if shutil.which("g++") is None and shutil.which("c++") is None:
         pytest.skip("no C++ compiler: TorchInductor's CPU kernels cannot be built here")
-    torch.manual_seed(0)
-    module = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(),
-                                 torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 10)).eval()
-    peer = TorchCompiledPeer(BaselineModel(module, "float32", (1, 8, 8), threads=1),
-                             compile_mode="default")
-    try:
-        x = np.random.default_rng(0).standard_normal((3, 1, 8, 8)).astype(np.float32)
-        with torch.no_grad():
-            expected = module(torch.from_numpy(x)).numpy()
-        np.testing.assert_allclose(peer.run_batch1(x), expected, rtol=1e-4, atol=1e-5)
-        assert peer.bind(x[:1])() is not None
-        info = peer.info()
-        assert info["mode"] == "compile" and info["compile_mode"] == "default"
-        assert info["compile_s"] > 0
-    finally:
-        peer.close()
+    text = sweep(tuning="[{name: pytorch, params: {mode: compile, compile_mode: default}}]")
+    report = run(text, tmp_path)
+    assert report.failed == 0
+    (row,) = rows(tmp_path)
+    assert row.status == "ok" and row.verified == 1, row.error
+    assert row.tuning == "pytorch(compile_mode=default,mode=compile)"
+    assert row.runtime_info["mode"] == "compile"
+    assert row.runtime_info["compile_mode"] == "default" and row.runtime_info["compile_s"] > 0
