@@ -28,6 +28,7 @@ from tvm import s_tir, tirx
 from tvm.target import Target
 
 from .._compat.tensor_intrin import register_for
+from ..tir.schedule_helpers import leaf_blocks
 
 #: Integer types whose convs keep the thread binding: dlight's int8 path (and its tensor
 #: cores) is not yet checked on a GPU with dlas's requantizing epilogues.
@@ -56,6 +57,5 @@ def _reads_integers(func: tirx.PrimFunc) -> bool:
     """Whether a block of `func` reads an `UNCHECKED_DTYPES` buffer (an int8 conv's data
     or weight)."""
     sch = s_tir.Schedule(func)
-    blocks = list(sch.get_child_blocks(sch.get_sblock(func.body.block.name_hint)))
     return any(str(region.source.dtype) in UNCHECKED_DTYPES
-               for block in blocks for region in sch.get(block).reads)
+               for block in leaf_blocks(sch) for region in sch.get(block).reads)

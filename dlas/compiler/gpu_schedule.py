@@ -174,11 +174,10 @@ def schedule_gpu_func(func: tirx.PrimFunc, target: Target,
     (see the module docstring)."""
     from tvm.s_tir import dlight as dl
 
-    algorithm = conv_algorithm_of(func) if rules else None
-    if algorithm is not None and algorithm in rules:  # type: ignore[operator]
-        scheduled = rules[algorithm](func, target)  # type: ignore[index]
-        if scheduled is not None:
-            return scheduled
+    rule = rules.get(conv_algorithm_of(func) or "") if rules else None
+    scheduled = rule(func, target) if rule is not None else None
+    if scheduled is not None:
+        return scheduled
     sch = s_tir.Schedule(func)
     if not _has_nested_blocks(sch):
         scheduled = dl.gpu.Fallback().apply(func, target, False)

@@ -25,10 +25,6 @@ def parent_of(stage: str) -> str | None:
 
     return BY_NAME[stage].parent
 
-#: A compression option fine-tunes (budgets.finetune_epochs in total, split over its
-#: levels) when it is tagged `pruning` (`registry.PRUNING_TAG`: every pruning option dlas
-#: ships, and a plugin's); an option with a `levels` or `level` parameter is taken to
-#: fine-tune too.
 
 #: (train images, test images) of the datasets dlas ships; another dataset counts as
 #: CIFAR-10 (the paper's), and an ImageNet-tagged one as the ImageNet validation set.
@@ -133,6 +129,9 @@ def model_size(point: Point) -> ModelSize:
 
 
 def _compression_levels(point: Point) -> int:
+    """The fine-tuning rounds of the point's compression (budgets.finetune_epochs in total,
+    split over them): one per level of an option tagged `pruning` (every pruning option
+    dlas ships, and a plugin's) or with a `levels` or `level` parameter; 0 otherwise."""
     c = point.compression
     params = c.params
     if (PRUNING_TAG not in c.tags and not hasattr(params, "levels")

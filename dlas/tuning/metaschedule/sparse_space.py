@@ -33,6 +33,7 @@ annotations, which the build turns into the kernel (`dlas.algorithms.spmm_rebuil
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import tvm
 from tvm import s_tir
@@ -51,6 +52,18 @@ from dlas.tir.schedule_helpers import const_extent, root_block, vector_lanes
 UNROLL_DEPTHS = (0, 16, 64, 512)
 #: Longest vector loop the space offers (in lanes of 32-bit values: 4 AVX-512 registers).
 MAX_VECTOR = 64
+
+
+def sample_uniform(sch: s_tir.Schedule, values: list[Any]) -> s_tir.schedule.ExprRV:
+    """One of `values`, each as likely (a traced decision MetaSchedule can mutate)."""
+    return sch.sample_categorical(candidates=list(values), probs=[1.0 / len(values)] * len(values))
+
+
+def sample_unroll(sch: s_tir.Schedule) -> None:
+    """A sampled explicit-unroll depth for the whole function (`UNROLL_DEPTHS`), turned
+    into loop pragmas by `RewriteParallelVectorizeUnroll`."""
+    sch.annotate(root_block(sch), "meta_schedule.unroll_explicit",
+                 sample_uniform(sch, list(UNROLL_DEPTHS)))
 
 
 def sampled_csr_rows(vector_bits: int):
@@ -76,9 +89,7 @@ def sampled_csr_rows(vector_bits: int):
             sch.vectorize(lanes)
             init = sch.decompose_reduction(update, reduction)
             sch.vectorize(sch.get_loops(init)[-1])
-        depth = sch.sample_categorical(
-            candidates=list(UNROLL_DEPTHS), probs=[1.0 / len(UNROLL_DEPTHS)] * len(UNROLL_DEPTHS))
-        sch.annotate(root_block(sch), "meta_schedule.unroll_explicit", depth)
+        sample_unroll(sch)
         return outer
 
     return rule
@@ -94,8 +105,7 @@ def sample_spmm_decisions(sch: s_tir.Schedule) -> int:
         for field, values in choices(grid, built).items():
             if len(values) < 2:
                 continue
-            decision = sch.sample_categorical(candidates=values,
-                                              probs=[1.0 / len(values)] * len(values))
+            decision = sample_uniform(sch, values)
             sch.annotate(block, REQUESTS[field], decision)
         sampled += 1
     return sampled
@@ -144,7 +154,7 @@ def sampled_threads(sch: s_tir.Schedule) -> ThreadCount:
         options = sorted({min(t, extent) if extent else t for t in GPU_THREADS})
         if len(options) == 1:
             return options[0]
-        return sch.sample_categorical(candidates=options, probs=[1.0 / len(options)] * len(options))
+        return sample_uniform(sch, options)
 
     return count
 
@@ -159,9 +169,7 @@ def gpu_csr_space(target: tvm.target.Target) -> ms.space_generator.ScheduleFn:
     def apply(sch: s_tir.Schedule) -> None:
         with target:
             bind_blocks(sch, sampled_threads(sch))
-        depth = sch.sample_categorical(
-            candidates=list(UNROLL_DEPTHS), probs=[1.0 / len(UNROLL_DEPTHS)] * len(UNROLL_DEPTHS))
-        sch.annotate(root_block(sch), "meta_schedule.unroll_explicit", depth)
+        sample_unroll(sch)
 
     return ms.space_generator.ScheduleFn(
         apply,
