@@ -3,7 +3,8 @@ one in `$OUT/results.db`): per model and compression, TVM's best untuned row wit
 algorithms' own GPU schedules, with thread bindings only and replayed from a CUDA graph,
 the tuned rows, and PyTorch eager, replayed from a CUDA graph and `torch.compile`d, all
 on the same GPU in the same sweep; each beside PyTorch eager as a ratio (> 1: faster
-than eager).
+than eager), "tie" where the two rows' 95% intervals overlap, and no ratio across vCPU
+placements that do not compare.
 
     python benchmarks/gpu_study.py --db /path/to/results.db
 
@@ -39,6 +40,21 @@ def _tvm(row: Any) -> bool:
 
 def _target(row: Any) -> str:
     return row.target or ""
+
+
+def versus(eager: Any, row: Any) -> str:
+    """eager / row as "N.NNx", "tie" where the two rows' 95% intervals overlap, or "other
+    placement" where the rows were timed in placements that do not compare
+    (`dlas.measure.placement.comparable`)."""
+    from dlas.measure.placement import comparable
+
+    if not comparable(eager.placement, row.placement):
+        return "other placement"
+    lows = (eager.latency_ci_low_ms, row.latency_ci_low_ms)
+    highs = (eager.latency_ci_high_ms, row.latency_ci_high_ms)
+    if None not in lows and None not in highs and max(lows) <= min(highs):
+        return "tie"
+    return f"{eager.latency_median_ms / row.latency_median_ms:.2f}x"
 
 
 def table(rows: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -85,7 +101,7 @@ def main() -> int:
                 continue
             text = f"{row.latency_median_ms:.3f}"
             if eager is not None and heading != "PyTorch eager":
-                text += f" ({eager.latency_median_ms / row.latency_median_ms:.2f}x)"
+                text += f" ({versus(eager, row)})"
             if heading.startswith("TVM") and row.algorithm:
                 text += f" {row.algorithm}"
             line.append(text)
