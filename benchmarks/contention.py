@@ -73,6 +73,26 @@ def stored_chunks(db: Path, source: str) -> list[dict]:
     return out
 
 
+def confirmed_runs(runs: dict[str, list[dict]], limit: dict[str, list[float]]) -> set[str]:
+    """The runs whose limit-flagged chunks ran slower than their variants' others in the
+    same placement (`dlas.measure.contention.flagged_slowdown`): the ones where dlas keeps
+    the flags."""
+    from types import SimpleNamespace
+
+    from dlas.measure.contention import CONFIRM_MIN_CHUNKS, CONFIRM_SLOWDOWN, flagged_slowdown
+
+    keep = set()
+    for run, members in runs.items():
+        flags = [any(v > lim for v, lim in zip(c["before"], limit[run], strict=True))
+                 for c in members]
+        pairs = [(c["key"], SimpleNamespace(state=c["state"], samples_s=[c["ms"]]))
+                 for c in members]
+        slowdown, compared = flagged_slowdown(pairs, flags)  # type: ignore[arg-type]
+        if slowdown is None or compared < CONFIRM_MIN_CHUNKS or slowdown >= CONFIRM_SLOWDOWN:
+            keep.add(run)
+    return keep
+
+
 def replay(db: Path, source: str) -> None:
     from dlas.measure.contention import CONTENTION_FACTOR, contention_limit
 
@@ -86,6 +106,7 @@ def replay(db: Path, source: str) -> None:
         usual[run] = np.percentile(readings, 10, axis=0)
         limit[run] = [contention_limit(float(u), readings[:, i])
                       for i, u in enumerate(usual[run])]
+    confirmed = confirmed_runs(runs, limit)
     spread = [float(np.max(np.median(np.array([c["before"] for c in m]), axis=0) / usual[r]))
               for r, m in runs.items()]
     print(f"{db}: {len(chunks)} chunks in {len(runs)} timing runs ({source}); cache readings' "
@@ -94,9 +115,12 @@ def replay(db: Path, source: str) -> None:
     rules = {f"{CONTENTION_FACTOR:.1f} x usual (before)":
              lambda c: any(v > CONTENTION_FACTOR * u
                            for v, u in zip(c["before"], usual[c["run"]], strict=True)),
-             "dlas: max(that, median + 4 sigma)":
+             "max(that, median + 4 sigma)":
              lambda c: any(v > lim
                            for v, lim in zip(c["before"], limit[c["run"]], strict=True)),
+             "dlas: that, where flagged ran slower":
+             lambda c: c["run"] in confirmed and any(
+                 v > lim for v, lim in zip(c["before"], limit[c["run"]], strict=True)),
              "none": lambda c: False}
     groups: dict[tuple, list[dict]] = {}
     for c in chunks:

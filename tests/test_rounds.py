@@ -13,7 +13,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge, contention_limit
+from dlas.measure.contention import (
+    CONFIRM_MIN_CHUNKS,
+    CONTENTION_FACTOR,
+    ContentionJudge,
+    contention_limit,
+)
 from dlas.measure.load import CpuLoadProbe, LoadReading
 from dlas.measure.placement import (
     CONTENDED,
@@ -56,10 +61,16 @@ class FakeSubject:
         self.label, self.cpus = label, list(cpus)
         self.clock, self.log, self.per_sample_s = clock, log, per_sample_s
 
+    #: While this says so, every sample takes `slowdown` times as long (a guest sharing
+    #: the core; set by `sampler(..., busy=)`).
+    busy: Callable[[float], bool] = staticmethod(lambda _t: False)
+    slowdown = 1.3
+
     def time(self, n: int, warmup: int) -> list[float]:
         self.log.append((self.label, n, warmup))
-        self.clock.now += (n + warmup) * self.per_sample_s
-        return [self.per_sample_s] * n
+        per = self.per_sample_s * (self.slowdown if self.busy(self.clock.now) else 1.0)
+        self.clock.now += (n + warmup) * per
+        return [per] * n
 
 
 def probe_by_time(clock: FakeClock, state_at: Callable[[float], str]) -> PlacementProbe:
@@ -99,12 +110,17 @@ class ScriptedLoad:
 
 def sampler(labels: Sequence[str], policy: RoundsPolicy, *, clock: FakeClock | None = None,
             placement: PlacementProbe | None = None, load: object = None,
-            per_sample_s: float = 1e-3, **kwargs: object
+            per_sample_s: float = 1e-3, busy: Callable[[float], bool] | None = None,
+            **kwargs: object
             ) -> tuple[RoundSampler, list[tuple[str, int, int]], FakeClock]:
-    """A sampler over fake subjects `labels` on a fake clock; and the subjects' call log."""
+    """A sampler over fake subjects `labels` on a fake clock; and the subjects' call log.
+    While `busy(now)`, the subjects run 1.3x slower."""
     clock = clock or FakeClock()
     log: list[tuple[str, int, int]] = []
     subjects = [FakeSubject(label, clock, log, per_sample_s) for label in labels]
+    for subject in subjects:
+        if busy is not None:
+            subject.busy = busy
     s = RoundSampler(subjects, policy, placement=placement, load=load,  # type: ignore[arg-type]
                      clock=clock, sleep=clock.sleep, **kwargs)  # type: ignore[arg-type]
     return s, log, clock
@@ -234,7 +250,8 @@ def test_chunks_taken_while_a_core_is_contended_are_left_out_and_taken_again() -
     policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
                           settle_s=0.0)
     s, _, _ = sampler(["a", "b"], policy, clock=clock,
-                      placement=contended_probe(clock, lambda t: 0.010 <= t < 0.016))
+                      placement=contended_probe(clock, lambda t: 0.010 <= t < 0.016),
+                      busy=lambda t: 0.010 <= t < 0.016)
     out = s.run()
     assert out.placement == NEAR
     for run in out.runs.values():
@@ -278,7 +295,8 @@ def test_contention_is_judged_against_the_whole_runs_usual_reading() -> None:
     policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
                           settle_s=0.0)
     s, _, _ = sampler(["a", "b"], policy, clock=clock,
-                      placement=contended_probe(clock, lambda t: t < 0.005))
+                      placement=contended_probe(clock, lambda t: t < 0.005),
+                      busy=lambda t: t < 0.005)
     out = s.run()
     for run in out.runs.values():
         assert run.rounds[0].placement == CONTENDED
@@ -295,9 +313,78 @@ def test_a_reading_that_always_looks_contended_is_ignored_not_fatal() -> None:
     chunk = _Chunk(NEAR, [80.0, 80.0], [1e-3], state=NEAR, cache_ns=[[20.0, 9.0]])
     for _ in range(10):
         s.contention.note([[9.0, 9.0]])
-    assert s._relabel([_Round(0, False, None, 0.0, {"a": chunk})]) == (0, True)
+    verdict = s._relabel([_Round(0, False, None, 0.0, {"a": chunk})])
+    assert verdict.contended == 0 and verdict.ignored == "every chunk read as contended"
     assert chunk.placement == NEAR
     assert CONTENTION_FACTOR > 1.0
+
+
+def _judged(factor: float, flagged_subjects: Sequence[str]) -> tuple[ContentionJudge, list]:
+    """A judge that has seen CPU readings of 9 ns/KiB, and chunks of subjects a, b, c in
+    near placement: six each at the usual reading, and three each of `flagged_subjects`
+    at 1.5x it whose samples take `factor` times as long."""
+    from dlas.measure.rounds import _Chunk
+
+    judge = ContentionJudge()
+    for _ in range(30):
+        judge.note([[9.0, 9.0]])
+    rng = np.random.default_rng(0)
+    chunks = []
+    for subject, ms in (("a", 1.0), ("b", 2.0), ("c", 5.0)):
+        for _ in range(6):
+            chunks.append((subject, _Chunk(NEAR, [80.0, 80.0],
+                                           list(ms * 1e-3 * (1 + 0.01 * rng.random(5))),
+                                           state=NEAR, cache_ns=[[9.0, 9.0]])))
+        if subject in flagged_subjects:
+            for _ in range(3):
+                chunks.append((subject, _Chunk(NEAR, [80.0, 80.0],
+                                               [ms * 1e-3 * factor] * 5, state=NEAR,
+                                               cache_ns=[[9.0, 13.5]])))
+    return judge, chunks
+
+
+def test_flags_stand_only_where_the_flagged_chunks_ran_slower() -> None:
+    """The Zen 4 quickstart: one CPU's readings sat in two modes with nothing else
+    running, and the limit flagged chunks that ran as fast as their variants' others.
+    Flagged chunks that ran no slower lift every flag, with the reason; flagged chunks
+    that ran 1.2x slower are left out; too few flagged to tell are left out too."""
+    judge, chunks = _judged(1.0, "abc")
+    verdict = judge.relabel(chunks)
+    assert verdict.contended == 0 and verdict.ignored and "not slowed" in verdict.ignored
+    assert verdict.slowdown == pytest.approx(1.0, abs=0.02)
+    assert all(c.placement == NEAR for _, c in chunks)
+
+    judge, chunks = _judged(1.2, "abc")
+    verdict = judge.relabel(chunks)
+    assert verdict.contended == 9 and verdict.ignored is None
+    assert verdict.slowdown == pytest.approx(1.2, abs=0.02)
+    assert sum(c.placement == CONTENDED for _, c in chunks) == 9
+
+    judge, chunks = _judged(1.0, "a")  # 3 flagged: fewer than CONFIRM_MIN_CHUNKS
+    assert CONFIRM_MIN_CHUNKS > 3
+    verdict = judge.relabel(chunks)
+    assert verdict.contended == 3 and verdict.ignored is None
+
+
+def test_readings_that_flag_chunks_running_at_full_speed_leave_none_out() -> None:
+    """A whole run whose cache readings jump a third of the time while the variants run
+    at their usual speed: the first flagged chunks are left out while too few are
+    flagged to tell, then every flag is lifted and the run stops with all its chunks
+    usable, recording why."""
+    clock = FakeClock()
+    policy = RoundsPolicy(samples=4, min_rounds=4, max_rounds=50, placement_budget_s=100.0,
+                          settle_s=0.0)
+    busy = lambda t: int(t * 1000) % 3 == 0  # noqa: E731 - the readings' spells
+    s, _, _ = sampler(["a", "b", "c"], policy, clock=clock,
+                      placement=contended_probe(clock, busy))
+    out = s.run()
+    events = next(iter(out.runs.values())).events
+    ignored = [e for e in events if e["event"] == "contention_ignored"]
+    assert ignored and "not slowed" in str(ignored[0]["reason"])
+    assert not any(e["event"] == "contended" for e in events)
+    for run in out.runs.values():
+        assert CONTENDED not in states(run)
+        assert any(r.cache_ns[0][1] > 9.0 * CONTENTION_FACTOR for r in run.rounds)
 
 
 def test_far_is_used_only_after_the_placement_budget() -> None:

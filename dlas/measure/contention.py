@@ -17,11 +17,25 @@ running), 1.3x the floor dropped 73% of the chunks, which ran 1% slower than tho
 The limit derived from the run's own spread dropped 8% there, chunks 15% slower than those
 kept (68% of them slower by 10% or more); where readings are tight it is the factor's
 limit, as before (`benchmarks/contention.py --from-db` replays both rules on stored runs).
+
+Why the readings must be confirmed by the chunks they flag: on a Zen 4 (2026-11-29,
+quickstart), one CPU's readings sat at 8.7 ns/KiB for part of a run and 12-13 for the
+rest, with nothing else running; 12-13 is what every other run on that host read. Both
+limits put the 8.7 mode as usual and flagged 41 of 135 chunks, which ran x1.007 (median)
+of the same variants' kept chunks in the same placement: four rows were left with too
+few rounds and called noisy, for nothing. Runs that met real contention (a second
+process timing on the same host) flagged chunks that ran x1.10-1.58. So once enough
+chunks are flagged, the judge compares each with its own variant's kept chunks in the
+same placement; when the flagged ones ran no slower (median below `CONFIRM_SLOWDOWN`),
+the readings are not telling disturbed chunks apart on this host in this run, and none
+is left out. Each flagged chunk is compared only with its own variant's chunks, so the
+rule tests the signal, not a chunk's luck: a whole run's flags stand or fall together.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -40,6 +54,14 @@ CONTENTION_SPREADS = 4.0
 MAD_TO_SIGMA = 1.4826
 #: Readings of a CPU needed before its usual reading is trusted.
 CONTENTION_MIN_READINGS = 6
+#: Flagged chunks must run at least this much slower than their variants' kept chunks in
+#: the same placement (median ratio) for the readings to be believed: innocent flags on
+#: Zen 4 ran x0.99-1.02, real contention x1.06-1.58 (the module doc).
+CONFIRM_SLOWDOWN = 1.03
+#: Flagged chunks with kept peers (at least `CONFIRM_MIN_PEERS` of their variant's chunks
+#: in their placement) needed before the flags can be lifted: fewer cost little to drop.
+CONFIRM_MIN_CHUNKS = 6
+CONFIRM_MIN_PEERS = 2
 
 
 def contention_limit(usual: float, readings: Sequence[float]) -> float:
@@ -61,11 +83,46 @@ CacheReadings = list[list[float | None]]
 
 class JudgedChunk(Protocol):
     """A chunk as contention sees it: the placement read around it (`state`), the label
-    it is used by (`placement`: `state`, or CONTENDED) and its cache readings."""
+    it is used by (`placement`: `state`, or CONTENDED), its cache readings and its
+    samples (seconds)."""
 
     state: str
     placement: str
     cache_ns: CacheReadings
+    samples_s: list[float]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `ContentionJudge.relabel` decided for a run's chunks."""
+
+    #: Chunks left out as contended.
+    contended: int
+    #: Why the readings' flags were all lifted (None: they stand, or none was raised).
+    ignored: str | None = None
+    #: The flagged chunks' median time over their variants' kept chunks in the same
+    #: placement, where enough could be compared.
+    slowdown: float | None = None
+
+
+def flagged_slowdown(chunks: Sequence[tuple[str, JudgedChunk]], flags: Sequence[bool]
+                     ) -> tuple[float | None, int]:
+    """(median ratio, how many compared) of each flagged chunk's median sample over the
+    median of its variant's unflagged chunks in the same placement state; a flagged
+    chunk with fewer than `CONFIRM_MIN_PEERS` such peers is not compared."""
+    kept: dict[tuple[str, str], list[float]] = {}
+    for (subject, chunk), flag in zip(chunks, flags, strict=True):
+        if not flag and chunk.samples_s:
+            kept.setdefault((subject, chunk.state), []).append(
+                float(np.median(chunk.samples_s)))
+    ratios = []
+    for (subject, chunk), flag in zip(chunks, flags, strict=True):
+        peers = kept.get((subject, chunk.state), [])
+        if flag and chunk.samples_s and len(peers) >= CONFIRM_MIN_PEERS:
+            base = float(np.median(peers))
+            if base > 0:
+                ratios.append(float(np.median(chunk.samples_s)) / base)
+    return (float(np.median(ratios)) if ratios else None), len(ratios)
 
 
 class ContentionJudge:
@@ -100,18 +157,27 @@ class ContentionJudge:
         return any(value is not None and cpu in limits and value > limits[cpu]
                    for cpu, value in enumerate(cache[0] if cache else []))
 
-    def relabel(self, chunks: Sequence[JudgedChunk]) -> tuple[int, bool]:
-        """Judge every chunk's contention again against the limits of the readings seen so far
-        (early chunks were judged against few; a run that began inside a spell learns
-        what usual is later). Returns (how many are contended, whether contention was
-        ignored): when every chunk would be contended, none is (the readings then say
-        nothing useful)."""
+    def relabel(self, chunks: Sequence[tuple[str, JudgedChunk]]) -> Verdict:
+        """Judge every chunk (with its subject's label) for contention again against the
+        limits of the readings seen so far (early chunks were judged against few; a run
+        that began inside a spell learns what usual is later). No chunk is left out
+        when every chunk would be (the readings then say nothing useful), or when the
+        flagged chunks ran no slower than their variants' others (`CONFIRM_SLOWDOWN`)."""
         limits = self.limits()
-        judged = [c for c in chunks if c.state and c.state not in UNUSABLE]
-        verdicts = [self.contended(c.cache_ns, limits) for c in judged]
-        ignored = bool(verdicts) and all(verdicts)
+        judged = [(s, c) for s, c in chunks if c.state and c.state not in UNUSABLE]
+        flags = [self.contended(c.cache_ns, limits) for _, c in judged]
+        ignored: str | None = None
+        slowdown, compared = flagged_slowdown(judged, flags)
+        if flags and all(flags):
+            ignored = "every chunk read as contended"
+        elif (slowdown is not None and compared >= CONFIRM_MIN_CHUNKS
+              and slowdown < CONFIRM_SLOWDOWN):
+            ignored = (f"the {sum(flags)} chunks the cache readings flagged ran x"
+                       f"{slowdown:.3f} of their variants' others in the same placement "
+                       f"(median of {compared}): not slowed, so the readings are not "
+                       "telling disturbed chunks apart here")
         if ignored:
-            verdicts = [False] * len(verdicts)
-        for chunk, contended in zip(judged, verdicts, strict=True):
+            flags = [False] * len(flags)
+        for (_, chunk), contended in zip(judged, flags, strict=True):
             chunk.placement = CONTENDED if contended else chunk.state
-        return sum(verdicts), ignored
+        return Verdict(sum(flags), ignored, slowdown)

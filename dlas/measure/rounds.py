@@ -39,7 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge
+from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge, Verdict
 from dlas.measure.load import CpuLoadProbe, busiest_processes
 from dlas.measure.placement import (
     MIXED,
@@ -172,9 +172,10 @@ class RoundSampler:
             return PlacementReading(UNKNOWN)
         return self.placement.read()
 
-    def _relabel(self, kept: list[_Round]) -> tuple[int, bool]:
+    def _relabel(self, kept: list[_Round]) -> Verdict:
         """Every kept chunk judged for contention again (`ContentionJudge.relabel`)."""
-        return self.contention.relabel([c for r in kept for c in r.chunks.values()])
+        return self.contention.relabel([(label, c) for r in kept
+                                        for label, c in r.chunks.items()])
 
     def _chunk_size(self, subject: Subject) -> int:
         """Samples in the subject's next chunk: its share of the samples per round, fewer
@@ -306,7 +307,7 @@ class RoundSampler:
         counts, samples, placed = self._tally(kept, labels)
         waiting = Waiting()
         index = 0
-        contended, ignored = 0, False
+        verdict = Verdict(0)
 
         while len(kept) < policy.max_rounds:
             t0 = self.clock()
@@ -315,7 +316,7 @@ class RoundSampler:
             if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
                 continue
             kept.append(rnd)
-            contended, ignored = self._relabel(kept)
+            verdict = self._relabel(kept)
             counts, samples, placed = self._tally(kept, labels)
             rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
                        if v is not None), None)
@@ -346,11 +347,13 @@ class RoundSampler:
             notes.append(f"no round had a steady placement on a quiet machine; the figure "
                          f"uses the {placement} rounds")
         chunks = sum(len(r.chunks) for r in kept)
-        if ignored:
-            self.events.append({"event": "contention_ignored",
-                                "reason": "every chunk read as contended"})
+        contended = verdict.contended
+        if verdict.ignored:
+            self.events.append({"event": "contention_ignored", "reason": verdict.ignored,
+                                "slowdown": verdict.slowdown})
         if contended:
             self.events.append({"event": "contended", "chunks": contended,
+                                "slowdown": verdict.slowdown,
                                 "of": chunks, "usual_cache_ns": {
                                     str(cpu): round(v, 3)
                                     for cpu, v in self.contention.usual().items()},
