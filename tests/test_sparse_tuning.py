@@ -6,16 +6,17 @@ replay."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import tvm
-from tvm import s_tir
+from tvm import s_tir, te
 
 from dlas import registry
 from dlas.algorithms.base import ConvSpec, conv_prim_func
-from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of
+from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of, misfit, spmm_kernel
 from dlas.algorithms.spmm_rebuild import ORDERS, REQUESTS, choices, rebuild_requested
 from dlas.compiler.build import make_target
 from dlas.targets.host import host_target
@@ -117,3 +118,41 @@ def test_the_sparse_space_samples_the_decisions_into_a_replayable_trace() -> Non
         annotations = sch.get(_kernel_block(sch)).annotations
         seen.add(tuple(int(annotations[k]) for k in REQUESTS.values() if k in annotations))
     assert len(seen) > 1  # the decisions vary between samples
+
+
+def test_a_request_the_block_cannot_take_is_not_built() -> None:
+    """A transferred trace (`dlas.tuning.metaschedule.transfer`) replays the source task's
+    sampled decisions, drawn from the source's choices: a `merge` that divides the source's
+    stored chunks need not divide the task's. The kernel then took `chunks // merge`
+    merged chunks and skipped the rest: it ran 12-23x faster than its minimal schedule,
+    was committed as the task's best, and ten tuned CSR points of the day profile failed
+    verification (Zen 4, 2026-11-29). Now the block keeps the decisions it was built with
+    (correct, and what the candidate is then measured as), the kernel refuses to be built
+    with such a tiling at all, and a request that fits is still taken."""
+    spec = _spec(CONVS[0])
+    x, w = _operands(spec, 0)
+    ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
+                                     padding=spec.padding[:2]).numpy()
+    with TARGET:
+        func, arrays = conv_prim_func(registry.create("algorithms", "spatial_pack_csr", {}),
+                                      spec, w)
+        sch = s_tir.Schedule(func)
+        grid, built = built_of(str(sch.get(_kernel_block(sch)).annotations[BUILT_ATTR]))
+        allowed = choices(grid, built)
+    bad_merge = next(m for m in range(2, built.chunks + 2) if built.chunks % m)
+    assert bad_merge not in allowed["merge"]
+    assert "skip chunks" in str(misfit(grid, replace(built, merge=bad_merge)))
+    with pytest.raises(ValueError, match="skip chunks"):
+        spmm_kernel("k", spec, grid, replace(built, merge=bad_merge),
+                    shapes=tuple(te.placeholder(a.shape, str(a.dtype)) for a in
+                                 [x, *arrays]))  # type: ignore[arg-type]
+    for merge in (bad_merge, max(allowed["merge"])):
+        sch = s_tir.Schedule(func)
+        sch.annotate(_kernel_block(sch), REQUESTS["merge"], merge)
+        with TARGET:
+            rebuilt = rebuild_requested(tvm.IRModule({"main": sch.mod["main"]}))["main"]
+        after = s_tir.Schedule(rebuilt)
+        _, now = built_of(str(after.get(_kernel_block(after)).annotations[BUILT_ATTR]))
+        assert now.merge == (built.merge if merge == bad_merge else merge)
+        np.testing.assert_allclose(_run(rebuilt, arrays, spec, x), ref, rtol=1e-4,
+                                   atol=1e-4 * np.abs(ref).max(), err_msg=f"merge {merge}")

@@ -151,6 +151,23 @@ class SparseTiling:
         return -(-grid.positions // self.pixels)
 
 
+def misfit(grid: PixelGrid, tiling: SparseTiling) -> str | None:
+    """Why the kernel cannot be built with `tiling` over `grid` and compute the conv
+    (None: it can). Its tiles must lie inside the positions the input is laid out for,
+    and `merge` must divide the stored chunks: the loop takes `chunks // merge` merged
+    chunks, so a remainder would be skipped with its non-zeros. (A tuner's decision
+    replayed from another conv's choices once asked for that, and the kernel computed
+    another function, 12-23x faster than the real one.)"""
+    plane = tiling.tiles(grid) * tiling.pixels
+    if plane > grid.padded:
+        return (f"tiles of {tiling.pixels} positions need {plane} grid positions; the "
+                f"input is laid out for {grid.padded}")
+    if tiling.merge < 1 or tiling.chunks % tiling.merge:
+        return (f"merge {tiling.merge} does not divide the {tiling.chunks} stored chunks "
+                "of a row block: the kernel would skip chunks")
+    return None
+
+
 #: The tiling a test or the tuning layer forces instead of `choose_tiling`'s.
 _FORCED: list[SparseTiling | None] = [None]
 
@@ -416,9 +433,9 @@ def spmm_kernel(name: str, spec: ConvSpec, grid: PixelGrid, tiling: SparseTiling
     acc = spec.out_dtype
     tiles = tiling.tiles(grid)
     plane = tiles * tiling.pixels
-    if plane > grid.padded:
-        raise ValueError(f"tiles of {tiling.pixels} positions need {plane} grid positions; "
-                         f"the input is laid out for {grid.padded}")
+    why = misfit(grid, tiling)
+    if why is not None:
+        raise ValueError(why)
     with IRBuilder() as builder, T.prim_func(s_tir=True):
         T.func_name("kernel")
         names = ["Input", "Val", "Off", "Ptr", "Out"]

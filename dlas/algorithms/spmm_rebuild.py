@@ -17,6 +17,7 @@ the registers, divisors of the stored chunks, either loop order.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from typing import Any
 
@@ -32,8 +33,11 @@ from .spmm_kernel import (
     SparseTiling,
     built_json,
     built_of,
+    misfit,
     spmm_kernel,
 )
+
+log = logging.getLogger(__name__)
 
 #: Block annotations a tuner sets, by the `SparseTiling` field each asks for.
 REQUESTS = {"vectors": "dlas.spmm.vectors", "merge": "dlas.spmm.merge",
@@ -46,9 +50,10 @@ def choices(grid: PixelGrid, tiling: SparseTiling) -> dict[str, list[int]]:
     """The values each request may take for a kernel built with `grid` and `tiling`."""
     budget = max(target_simd().registers // 2, 1)
     vectors = [v for v in TILE_VECTORS
-               if replace(tiling, vectors=v).tiles(grid) * v * tiling.lanes <= grid.padded
+               if misfit(grid, replace(tiling, vectors=v)) is None
                and (v * tiling.block <= budget or v == 1)]
-    merge = [m for m in range(1, tiling.chunks + 1) if tiling.chunks % m == 0]
+    merge = [m for m in range(1, tiling.chunks + 1)
+             if misfit(grid, replace(tiling, merge=m)) is None]
     return {"vectors": vectors, "merge": merge, "order": list(range(len(ORDERS)))}
 
 
@@ -114,6 +119,12 @@ def _rebuilt(block: s_tir.SBlock) -> s_tir.SBlock | None:
     grid, built = built_of(str(annotations[BUILT_ATTR]))
     wanted = requested(annotations, built)
     if wanted == built:
+        return None
+    why = misfit(grid, wanted)
+    if why is not None:
+        # decisions drawn from another conv's choices (a transferred trace, or a record
+        # an older dlas committed): the block keeps its own, which compute the conv
+        log.debug("%s: requested tiling not taken (%s)", block.name_hint, why)
         return None
     spec = ConvSpec.from_json(str(annotations[CONV_SPEC_ATTR]))
     buffers = tuple(region.source for region in (*block.reads[:4], block.writes[0]))
