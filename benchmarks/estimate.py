@@ -13,6 +13,11 @@ wall" is the whole `Runner.run`, which also loads cached entries and writes rows
 on an otherwise idle machine (about 4 minutes on 2 cores):
 
     python benchmarks/estimate.py [--keep DIR]
+
+`--probes N` instead reads the machine probes N times (`dlas.estimate.machine_speed`: the
+Python workload, the LLVM build, the training conv) and prints each reading's scale and
+their spread: what a session on a new host runs to check the reference constants against
+the quickstart's measured stage seconds.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from rich.console import Console
 
 from dlas import registry
 from dlas.estimate import Estimate, estimate_sweep
-from dlas.estimate.estimate import STAGE_ORDER
+from dlas.stages import STAGES as STAGE_ORDER
 from dlas.estimate.render import duration
 from dlas.runner.console import RunConsole
 from dlas.runner.runner import Runner
@@ -107,10 +112,44 @@ def _compare(title: str, est: Estimate, report: RunReport) -> None:
           f"{duration(est.parallel.critical_path_s)})")
 
 
+def _probes(times: int) -> None:
+    import numpy as np
+
+    from dlas.estimate.machine_speed import (
+        REFERENCE_COMPILE_S,
+        REFERENCE_GMACS,
+        REFERENCE_SERIAL_S,
+        compile_seconds,
+        conv_gmacs,
+        serial_seconds,
+    )
+
+    rows = []
+    for _ in range(times):
+        build = compile_seconds()
+        rows.append((serial_seconds() / REFERENCE_SERIAL_S,
+                     (build or float("nan")) / REFERENCE_COMPILE_S,
+                     REFERENCE_GMACS / conv_gmacs()))
+    data = np.array(rows)
+    print(f"CPU: {_cpu()}; {times} readings of each probe, as scales (1.0: the cost "
+          "model's machine; lower: faster)")
+    for name, col in zip(("python workload (serial)", "LLVM build (serial)",
+                          "training conv (MACs)"), data.T, strict=True):
+        print(f"  {name:<26} min {np.nanmin(col):.2f}  median {np.nanmedian(col):.2f}  "
+              f"max {np.nanmax(col):.2f}")
+    serial = np.fmin(data[:, 0], data[:, 1])
+    print(f"  serial scale used (the lower of the two): {' '.join(f'{v:.2f}' for v in serial)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", help="workspace folder to keep (default: a temp one)")
+    parser.add_argument("--probes", type=int, default=0,
+                        help="read the machine probes this many times and stop")
     args = parser.parse_args()
+    if args.probes:
+        _probes(args.probes)
+        return
     registry.load_plugins()
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="dlas-estimate-"))
     ws = Workspace(root)

@@ -258,6 +258,7 @@ def test_a_faster_core_shrinks_the_serial_work_and_not_the_training_macs(
 def test_the_machine_probes_give_bounded_scales() -> None:
     from dlas.estimate.machine_speed import (
         LIMITS,
+        compile_seconds,
         conv_gmacs,
         serial_scale,
         serial_seconds,
@@ -265,6 +266,8 @@ def test_the_machine_probes_give_bounded_scales() -> None:
     )
 
     assert conv_gmacs(seconds=0.05) > 0 and serial_seconds(seconds=0.02) > 0
+    build = compile_seconds(seconds=0.02)
+    assert build is not None and 0 < build < 10
     assert LIMITS[0] <= training_mac_scale() <= LIMITS[1]
     assert LIMITS[0] <= serial_scale() <= LIMITS[1]
 
