@@ -34,11 +34,11 @@ from rich.console import Console
 
 from dlas import registry
 from dlas.estimate import Estimate, estimate_sweep
-from dlas.stages import STAGES as STAGE_ORDER
 from dlas.estimate.render import duration
 from dlas.runner.console import RunConsole
 from dlas.runner.runner import Runner
 from dlas.runner.workspace import RunReport, Workspace
+from dlas.stages import STAGES as STAGE_ORDER
 from dlas.sweep.config import SweepConfig, parse_config
 
 SWEEP_A = """
