@@ -24,14 +24,16 @@ from dlas.algorithms.spatial_pack.compute import spatial_pack_csr_plan
 from dlas.algorithms.spmm_kernel import (
     ROW_PTR,
     VALUES,
+    dense_from_rows,
+    sparse_rows,
+    writes_output,
+)
+from dlas.algorithms.spmm_tiling import (
     PixelGrid,
     SparseTiling,
     choose_tiling,
-    dense_from_rows,
     forced_tiling,
     row_block_of,
-    sparse_rows,
-    writes_output,
 )
 from dlas.compiler.build import make_target
 from dlas.targets.host import host_target

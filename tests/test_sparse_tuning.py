@@ -16,8 +16,9 @@ from tvm import s_tir, te
 
 from dlas import registry
 from dlas.algorithms.base import ConvSpec, conv_prim_func
-from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of, misfit, spmm_kernel
+from dlas.algorithms.spmm_kernel import BUILT_ATTR, spmm_kernel
 from dlas.algorithms.spmm_rebuild import ORDERS, REQUESTS, choices, rebuild_requested
+from dlas.algorithms.spmm_tiling import built_of, misfit
 from dlas.compiler.build import make_target
 from dlas.targets.host import host_target
 from dlas.tir.schedule_helpers import leaf_blocks

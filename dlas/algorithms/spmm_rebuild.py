@@ -1,7 +1,7 @@
 """The pixel-tile sparse kernel built again with the decisions a tuner asked for.
 
 MetaSchedule records a candidate as a trace of schedule primitives, but the sparse
-kernel's decisions (`dlas.algorithms.spmm_kernel.SparseTiling`: its tile size, how many
+kernel's decisions (`dlas.algorithms.spmm_tiling.SparseTiling`: its tile size, how many
 stored chunks it takes at once, the order of its tile and chunk loops) shape the body of
 one opaque block, which no primitive changes. So the tuning layer's sparse space samples
 them (`sample_categorical`, which MetaSchedule mutates and replays like any decision) and
@@ -26,15 +26,14 @@ from tvm import s_tir, tirx
 
 from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec
 from ..tir.schedule_helpers import target_simd
-from .spmm_kernel import (
-    BUILT_ATTR,
+from .spmm_kernel import BUILT_ATTR, spmm_kernel
+from .spmm_tiling import (
     TILE_VECTORS,
     PixelGrid,
     SparseTiling,
     built_json,
     built_of,
     misfit,
-    spmm_kernel,
 )
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,8 @@ from ..tir.schedule_helpers import (
 )
 from .base import ConvSpec
 from .schedule_util import parallel_outer, parallelize_rows, vectorize_copy
-from .spmm_kernel import BUILT_ATTR, built_of, task_channels
+from .spmm_kernel import BUILT_ATTR, task_channels
+from .spmm_tiling import built_of
 
 
 def schedule_spmm(sch: s_tir.Schedule, block: SBlockRV, spec: ConvSpec) -> LoopRV:

@@ -25,7 +25,8 @@ from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
-from ..spmm_kernel import PixelGrid, SparseTiling, plan, spmm_stage
+from ..spmm_kernel import spmm_stage
+from ..spmm_tiling import PixelGrid, SparseTiling, plan
 
 #: Name of the conv output stage.
 CONV_NAME = "conv2d_nchw_direct"
@@ -112,7 +113,7 @@ class DirectCSRLayout:
 
 
 def direct_csr_layout(spec: ConvSpec, padded: int) -> DirectCSRLayout:
-    """The layout for `padded` grid positions (see `spmm_kernel.PixelGrid`).
+    """The layout for `padded` grid positions (see `spmm_tiling.PixelGrid`).
 
     Output (y, x) is grid position q = y * width + x with width = sh * row / sw; at q, tap
     (ky, kx) reads element sw * q + ky*dh*row + kx*dw of its channel's padded plane, i.e.

@@ -34,7 +34,8 @@ from ..common import extern_stage, pad_nchw, pad_rows, reduction_size, split_col
 from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
-from ..spmm_kernel import PixelGrid, SparseTiling, plan, reads_in_place, spmm_stage
+from ..spmm_kernel import spmm_stage
+from ..spmm_tiling import PixelGrid, SparseTiling, plan, reads_in_place
 
 IM2COL_NAME = "im2col"
 GEMM_NAME = "conv2d_nchw_gemm"
@@ -121,7 +122,7 @@ CSR_IM2COL_NAME = "im2col_csr"
 
 
 def gemm_csr_layout(spec: ConvSpec, padded: int) -> PixelGrid:
-    """The im2col matrix as the sparse kernel reads it (`spmm_kernel.PixelGrid`): row
+    """The im2col matrix as the sparse kernel reads it (`spmm_tiling.PixelGrid`): row
     (c, ky, kx) of the (C*KH*KW) x (rows*OW) matrix holds that tap's input at every output
     pixel, rows = whole grid rows of `padded` positions; the grid is the output, exactly.
     A 1x1 stride-1 unpadded conv whose tiles end with the image reads its input in place.

@@ -40,7 +40,8 @@ from ..csr_kernel import CSRRowLayout, csr_row_kernel
 from ..dot_conv import dot_channel, dot_conv_block
 from ..int8_dot import dot_input
 from ..microkernel import choose_tile, vectors_per_block
-from ..spmm_kernel import PixelGrid, SparseTiling, plan, reads_in_place, spmm_stage
+from ..spmm_kernel import spmm_stage
+from ..spmm_tiling import PixelGrid, SparseTiling, plan, reads_in_place
 
 DATA_VEC_NAME = "data_vec"
 KERNEL_VEC = "kernel_vec"
@@ -169,7 +170,7 @@ class PackedPlanes:
 
 
 def packed_planes(spec: ConvSpec, padded: int) -> PackedPlanes:
-    """The packed planes for `padded` grid positions (see `spmm_kernel.PixelGrid`)."""
+    """The packed planes for `padded` grid positions (see `spmm_tiling.PixelGrid`)."""
     kh, kw = spec.kernel_size
     sh, _ = spec.strides
     dh, _ = spec.dilation

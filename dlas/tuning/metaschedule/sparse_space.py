@@ -41,8 +41,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import LoopRV, SBlockRV
 
 from dlas.algorithms.schedule_util import CSR_ROW_RULE, csr_update_loops, parallel_outer
-from dlas.algorithms.spmm_kernel import BUILT_ATTR, built_of
+from dlas.algorithms.spmm_kernel import BUILT_ATTR
 from dlas.algorithms.spmm_rebuild import REQUESTS, choices
+from dlas.algorithms.spmm_tiling import built_of
 from dlas.compiler.gpu_schedule import ThreadCount, bind_blocks
 from dlas.compiler.minimal_schedule import ConvScheduler, schedule_blocks
 from dlas.tir.schedule_helpers import const_extent, root_block, vector_lanes
