@@ -127,9 +127,9 @@ def test_a_request_the_block_cannot_take_is_not_built() -> None:
     stored chunks need not divide the task's. The kernel then took `chunks // merge`
     merged chunks and skipped the rest: it ran 12-23x faster than its minimal schedule,
     was committed as the task's best, and ten tuned CSR points of the day profile failed
-    verification (Zen 4, 2026-11-29). Now the block keeps the decisions it was built with
-    (correct, and what the candidate is then measured as), the kernel refuses to be built
-    with such a tiling at all, and a request that fits is still taken."""
+    verification (Zen 4, 2026-11-29). Now the block keeps its own decision where a request
+    misfits and takes the requests that fit (a correct kernel, and what the candidate is
+    then measured as), and the kernel refuses to be built with such a tiling at all."""
     spec = _spec(CONVS[0])
     x, w = _operands(spec, 0)
     ref = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w),
@@ -147,13 +147,17 @@ def test_a_request_the_block_cannot_take_is_not_built() -> None:
         spmm_kernel("k", spec, grid, replace(built, merge=bad_merge),
                     shapes=tuple(te.placeholder(a.shape, str(a.dtype)) for a in
                                  [x, *arrays]))  # type: ignore[arg-type]
+    other_order = 1 - ORDERS.index(built.order)
     for merge in (bad_merge, max(allowed["merge"])):
         sch = s_tir.Schedule(func)
         sch.annotate(_kernel_block(sch), REQUESTS["merge"], merge)
+        # a fitting request beside a misfit one is still taken
+        sch.annotate(_kernel_block(sch), REQUESTS["order"], other_order)
         with TARGET:
             rebuilt = rebuild_requested(tvm.IRModule({"main": sch.mod["main"]}))["main"]
         after = s_tir.Schedule(rebuilt)
         _, now = built_of(str(after.get(_kernel_block(after)).annotations[BUILT_ATTR]))
         assert now.merge == (built.merge if merge == bad_merge else merge)
+        assert now.order == ORDERS[other_order]
         np.testing.assert_allclose(_run(rebuilt, arrays, spec, x), ref, rtol=1e-4,
                                    atol=1e-4 * np.abs(ref).max(), err_msg=f"merge {merge}")

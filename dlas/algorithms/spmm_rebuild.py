@@ -66,6 +66,18 @@ def requested(annotations: Any, built: SparseTiling) -> SparseTiling:
     return out
 
 
+def fitting(grid: PixelGrid, built: SparseTiling, wanted: SparseTiling) -> SparseTiling:
+    """`built` with each of `wanted`'s requested decisions that fits (`misfit`) taken, one
+    at a time (a tile size and a channel block are checked on separate conditions: the
+    laid-out grid, the stored chunks)."""
+    out = built
+    for field in REQUESTS:
+        trial = replace(out, **{field: getattr(wanted, field)})
+        if misfit(grid, trial) is None:
+            out = trial
+    return out
+
+
 def rebuild_requested(mod: tvm.IRModule) -> tvm.IRModule:
     """`mod` with every sparse kernel block whose requested decisions differ from those
     it was built with built again (PrimFuncs without one unchanged)."""
@@ -122,9 +134,12 @@ def _rebuilt(block: s_tir.SBlock) -> s_tir.SBlock | None:
     why = misfit(grid, wanted)
     if why is not None:
         # decisions drawn from another conv's choices (a transferred trace, or a record
-        # an older dlas committed): the block keeps its own, which compute the conv
-        log.debug("%s: requested tiling not taken (%s)", block.name_hint, why)
-        return None
+        # an older dlas committed): each request that fits is taken, the block keeps its
+        # own decision for the others, so the kernel computes the conv
+        log.debug("%s: requested tiling not taken whole (%s)", block.name_hint, why)
+        wanted = fitting(grid, built, wanted)
+        if wanted == built:
+            return None
     spec = ConvSpec.from_json(str(annotations[CONV_SPEC_ATTR]))
     buffers = tuple(region.source for region in (*block.reads[:4], block.writes[0]))
     func = spmm_kernel(block.name_hint, spec, grid, wanted, buffers=buffers)
