@@ -382,6 +382,7 @@ def test_readings_that_flag_chunks_running_at_full_speed_leave_none_out() -> Non
     ignored = [e for e in events if e["event"] == "contention_ignored"]
     assert ignored and "not slowed" in str(ignored[0]["reason"])
     assert not any(e["event"] == "contended" for e in events)
+    assert any("none left out" in note for note in out.notes), out.notes
     for run in out.runs.values():
         assert CONTENDED not in states(run)
         assert any(r.cache_ns[0][1] > 9.0 * CONTENTION_FACTOR for r in run.rounds)
