@@ -181,3 +181,74 @@ def test_channels_last_is_refused_where_onednn_corrupts_the_heap() -> None:
     assert channels_last_safe(torch.nn.Conv2d(8, 16, 3, stride=2))
     assert not channels_last_safe(resnet18(width_multiplier=0.125))  # the crashing model
     assert channels_last_safe(resnet18(width_multiplier=0.5))  # the quickstart's
+
+
+def test_auto_precision_is_bfloat16_only_where_the_cpu_has_it_natively() -> None:
+    """Both sides of the CPU-feature choice on any machine (flags forced): Zen 4's flags
+    (avx512_bf16) train in bfloat16, Zen 3's (AVX2 only) in float32; asked for, either is
+    taken as asked; anything else is refused."""
+    from dlas.models.train_precision import resolve
+
+    zen4 = {"avx2", "avx512f", "avx512_bf16", "avx512_vnni"}
+    zen3 = {"avx2", "fma", "sse4_2"}
+    assert resolve("auto", zen4) == "bfloat16"
+    assert resolve("auto", {"avx2", "amx_bf16"}) == "bfloat16"
+    assert resolve("auto", zen3) == "float32"
+    assert resolve("float32", zen4) == "float32" and resolve("bfloat16", zen3) == "bfloat16"
+    with pytest.raises(ValueError, match="train_precision"):
+        resolve("float16", zen4)
+
+
+def test_bfloat16_training_learns_keeps_float32_weights_and_is_its_own_model(
+        digits: DatasetBundle) -> None:
+    """bfloat16 autocast (emulated where the CPU lacks it) trains a float32 model that
+    learns, deterministically, and is not the float32 run's model; its checkpoint identity
+    says so (a float32 checkpoint is not resumed as a bfloat16 run)."""
+    bf16 = replace(FAST, precision="bfloat16")
+    a, b, c = _tiny_model(), _tiny_model(), _tiny_model()
+    train_model(a, digits, 1, settings=bf16)
+    train_model(b, digits, 1, settings=bf16)
+    train_model(c, digits, 1, settings=FAST)
+    assert all(p.dtype == torch.float32 for p in a.parameters())
+    assert _same_weights(a, b) and not _same_weights(a, c)
+    # the whole training set for two epochs, which take float32 past 0.8 on every host
+    # seen (test_one_epoch_learns), well past chance (0.1)
+    whole = FitSettings(batch_size=64, progress=False, precision="bfloat16")
+    result = train_model(_tiny_model(), digits, 2, settings=whole)
+    assert result.history[-1]["val_acc"] > 0.5
+
+
+def test_the_precision_is_in_the_fit_keys_only_when_it_is_not_float32(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32 keys stay what they were before the choice existed; `auto` keys follow what
+    it resolves to on this CPU (forced both ways), for training and fine-tuning alike."""
+    from dlas import registry
+    from dlas.models import train_precision
+    from dlas.stages.compress import COMPRESS
+    from dlas.stages.train import TRAIN
+    from dlas.sweep.config import parse_config
+    from dlas.sweep.grid import expand
+
+    registry.load_plugins()
+    text = """
+name: p
+datasets: [digits]
+models: [{name: resnet18, params: {width_multiplier: 0.125}}]
+compression: [{name: weight_pruning, params: {sparsity: 0.5, steps: [0.5]}}]
+algorithms: [direct]
+tuning: [none]
+targets: [host]
+budgets: {epochs: 1, train_precision: PRECISION}
+"""
+
+    def keys(precision: str) -> tuple[dict, dict]:
+        point = expand(parse_config(text.replace("PRECISION", precision), source="t"))[0]
+        return TRAIN.key_inputs(point), COMPRESS.key_inputs(point)
+
+    train32, compress32 = keys("float32")
+    assert "precision" not in train32 and "precision" not in compress32
+    assert keys("bfloat16")[0]["precision"] == keys("bfloat16")[1]["precision"] == "bfloat16"
+    monkeypatch.setattr(train_precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    assert keys("auto")[0]["precision"] == "bfloat16"
+    monkeypatch.setattr(train_precision, "cpu_flags", lambda: frozenset({"avx2"}))
+    assert keys("auto") == (train32, compress32)

@@ -29,6 +29,7 @@ from dlas.models.checkpoint import (
 )
 from dlas.models.classifier import STATE_KEY, Classifier, channels_last_safe, pl, quiet_lightning
 from dlas.models.seeding import EpochSeededSampler, train_subset
+from dlas.models.train_precision import LIGHTNING_PRECISION
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ class FitSettings:
     progress: bool = True
     callbacks: Sequence[pl.Callback] = ()
     on_epoch: EpochReport | None = None
+    #: "float32" or "bfloat16" (autocast, float32 weights): `dlas.models.train_precision`.
+    precision: str = "float32"
 
 
 def _resume(checkpoint_dir: Path, kind: str, config: dict[str, Any], module: Classifier,
@@ -126,6 +129,7 @@ def _fit(
         "data_fraction": data_fraction,
         "seed": seed,
         "train_size": size,
+        **({"precision": settings.precision} if settings.precision != "float32" else {}),
     }
     module = Classifier(
         model,
@@ -150,6 +154,7 @@ def _fit(
         trainer = pl.Trainer(
             accelerator="cpu",
             devices=1,
+            precision=LIGHTNING_PRECISION[settings.precision],
             max_epochs=epochs,
             logger=False,
             enable_checkpointing=False,

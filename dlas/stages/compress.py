@@ -17,7 +17,7 @@ from dlas.stages.base import Job, Resources, StoredStage, option_facts
 from dlas.stages.data import DATA
 from dlas.stages.facts import CompressFacts, Deployment
 from dlas.stages.outputs import CompressedModel
-from dlas.stages.train import TRAIN, fit_settings
+from dlas.stages.train import TRAIN, fit_settings, precision_key
 from dlas.sweep.grid import Point
 
 #: File name of an int8 model's quantized ONNX in its compress-stage entry.
@@ -43,7 +43,7 @@ class CompressStage(StoredStage[CompressFacts, CompressedModel]):
         return {"compression": point.compression.identity(),
                 "finetune_epochs": b.finetune_epochs, "data_fraction": b.data_fraction,
                 "batch_size": b.batch_size, "finetune_lr": b.finetune_lr,
-                **option_facts(point.compression)}
+                **precision_key(b), **option_facts(point.compression)}
 
     def compute(self, job: Job) -> CompressFacts:
         import torch

@@ -37,6 +37,9 @@ class TrainFacts(Facts):
     history: list[dict[str, Any]] = Field(default_factory=list)
     pretrained: bool = False
     weights_loaded: bool | None = None
+    #: What the training arithmetic was: float32, or bfloat16 autocast
+    #: (`Budgets.train_precision`).
+    fit_precision: str = "float32"
 
 
 class Deployment(BaseModel):

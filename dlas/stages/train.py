@@ -39,7 +39,23 @@ def fit_settings(job: Job, what: str) -> Any:
     b = job.point.budgets
     return FitSettings(batch_size=b.batch_size, data_fraction=b.data_fraction, seed=b.seed,
                        checkpoint_dir=job.scratch(), progress=job.env.progress,
-                       on_epoch=job.env.console.epoch_reporter(what))
+                       on_epoch=job.env.console.epoch_reporter(what),
+                       precision=fit_precision(b))
+
+
+def fit_precision(budgets: Any) -> str:
+    """The precision this machine trains and fine-tunes in for `budgets`
+    (`dlas.models.train_precision.resolve`)."""
+    from dlas.models.train_precision import resolve
+
+    return resolve(budgets.train_precision)
+
+
+def precision_key(budgets: Any) -> dict[str, str]:
+    """The key entry of a fit's precision: none for float32, so the keys of every float32
+    model stay what they were before the choice existed."""
+    precision = fit_precision(budgets)
+    return {} if precision == "float32" else {"precision": precision}
 
 
 class TrainStage(StoredStage[TrainFacts, TrainedModel]):
@@ -60,7 +76,7 @@ class TrainStage(StoredStage[TrainFacts, TrainedModel]):
             return {"model": point.models.identity(), "weights": pretrained_weights(point)}
         training = {"epochs": b.epochs, "data_fraction": b.data_fraction,
                     "batch_size": b.batch_size, "max_lr": b.max_lr,
-                    **option_facts(point.models)}
+                    **precision_key(b), **option_facts(point.models)}
         return {"model": point.models.identity(), **training}
 
     def compute(self, job: Job) -> TrainFacts:
@@ -88,7 +104,8 @@ class TrainStage(StoredStage[TrainFacts, TrainedModel]):
         torch.save(model, job.dir / "model.pt")
         return TrainFacts(accuracy=accuracy, params=count_params(model),
                           macs=count_macs(model, bundle.input_shape), history=history,
-                          pretrained=weights_loaded is not None, weights_loaded=weights_loaded)
+                          pretrained=weights_loaded is not None, weights_loaded=weights_loaded,
+                          fit_precision=fit_precision(b) if b.epochs > 0 else "float32")
 
     def load(self, path: Path, facts: TrainFacts) -> TrainedModel:
         import torch

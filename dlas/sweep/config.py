@@ -7,7 +7,7 @@ main interface and a bare pydantic traceback does not say where to look.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -41,6 +41,11 @@ class Budgets(BaseModel):
     batch_size: int = Field(128, ge=1, description="training batch size")
     max_lr: float = Field(0.05, gt=0, description="one-cycle peak learning rate")
     finetune_lr: float = Field(0.05, gt=0, description="fine-tuning one-cycle peak LR")
+    train_precision: Literal["float32", "bfloat16", "auto"] = Field(
+        "float32", description="arithmetic of training and fine-tuning: float32 (the "
+                               "paper's), bfloat16 (autocast, float32 weights), or auto "
+                               "(bfloat16 where the CPU has it natively: AVX512_BF16 or "
+                               "AMX; dlas.models.train_precision)")
     tuning_trials: int = Field(0, ge=0, description="auto-scheduler trials (total)")
     measure_repeat: int = Field(150, ge=1, description="timed runs per point (paper: 150), "
                                                        "spread over its timing passes")
