@@ -23,8 +23,8 @@ quickstart), one CPU's readings sat at 8.7 ns/KiB for part of a run and 12-13 fo
 rest, with nothing else running; 12-13 is what every other run on that host read. Both
 limits put the 8.7 mode as usual and flagged 41 of 135 chunks, which ran x1.007 (median)
 of the same variants' kept chunks in the same placement: four rows were left with too
-few rounds and called noisy, for nothing. Runs that met real contention (a second
-process timing on the same host) flagged chunks that ran x1.10-1.58. So once enough
+few rounds and called noisy, for nothing. In runs whose flags were real (session 18's
+benchmark workspaces on the same host) the flagged chunks ran x1.06-1.58. So once enough
 chunks are flagged, the judge compares each with its own variant's kept chunks in the
 same placement; when the flagged ones ran no slower (median below `CONFIRM_SLOWDOWN`),
 the readings are not telling disturbed chunks apart on this host in this run, and none
