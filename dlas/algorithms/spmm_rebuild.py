@@ -128,18 +128,16 @@ def _rebuilt(block: s_tir.SBlock) -> s_tir.SBlock | None:
     if BUILT_ATTR not in annotations or CONV_SPEC_ATTR not in annotations:
         return None
     grid, built = built_of(str(annotations[BUILT_ATTR]))
-    wanted = requested(annotations, built)
+    asked = requested(annotations, built)
+    # decisions drawn from another conv's choices (a transferred trace, or a record an
+    # older dlas committed) may misfit this block: each request that fits is taken, the
+    # block keeps its own decision for the others, so the kernel computes the conv
+    wanted = fitting(grid, built, asked)
+    if wanted != asked:
+        log.debug("%s: requested tiling not taken whole (%s)", block.name_hint,
+                  misfit(grid, asked))
     if wanted == built:
         return None
-    why = misfit(grid, wanted)
-    if why is not None:
-        # decisions drawn from another conv's choices (a transferred trace, or a record
-        # an older dlas committed): each request that fits is taken, the block keeps its
-        # own decision for the others, so the kernel computes the conv
-        log.debug("%s: requested tiling not taken whole (%s)", block.name_hint, why)
-        wanted = fitting(grid, built, wanted)
-        if wanted == built:
-            return None
     spec = ConvSpec.from_json(str(annotations[CONV_SPEC_ATTR]))
     buffers = tuple(region.source for region in (*block.reads[:4], block.writes[0]))
     func = spmm_kernel(block.name_hint, spec, grid, wanted, buffers=buffers)

@@ -360,7 +360,7 @@ class RoundSampler:
                                 "limit_cache_ns": {
                                     str(cpu): round(v, 3)
                                     for cpu, v in self.contention.limits().items()}})
-        if verdict.ignored and verdict.slowdown is not None and not contended:
+        if verdict.ignored and verdict.slowdown is not None:  # flags not confirmed
             # the rounds above were printed as they came, flags and all
             notes.append(f"the chunks the cache readings flagged as contended ran "
                          f"x{verdict.slowdown:.2f} of the others: none left out")

@@ -18,7 +18,8 @@ never served where float32 was asked.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
+
+from dlas.targets.host import cpuinfo_fields
 
 #: What a sweep may ask for (`Budgets.train_precision`).
 TRAIN_PRECISIONS = ("float32", "bfloat16", "auto")
@@ -28,15 +29,10 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 LIGHTNING_PRECISION = {"float32": "32-true", "bfloat16": "bf16-mixed"}
 
 
-def cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """This CPU's feature flags (empty where /proc/cpuinfo has none: not Linux, not x86)."""
-    try:
-        for line in path.read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags, read by `dlas.targets.host.cpuinfo_fields` (the one reader
+    of /proc/cpuinfo, which tests replace to force a CPU); empty where it has none."""
+    return frozenset(cpuinfo_fields().get("flags", "").split())
 
 
 def resolve(requested: str, flags: Iterable[str] | None = None) -> str:
