@@ -30,6 +30,7 @@ from dlas.sweep.config import ConfigError, load_config
 
 if TYPE_CHECKING:
     from dlas.runner.sweep_executor import SweepExecutor
+    from dlas.sweep.config import SweepConfig
 
 console = make_console()
 
@@ -172,7 +173,7 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
     with console.status(f"estimating sweep '{config.name}' (every point's stages against "
                         "the cache)...", spinner="line"):
         estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers,
-                                  **_machine_scales())
+                                  **_machine_scales(config))
     predicted = _predicted_latencies(config, ws) if args.predict else None
     if args.json:
         out = as_json(estimate)
@@ -204,14 +205,24 @@ def _predicted_latencies(config, ws):  # noqa: ANN001, ANN202 - lazy-imported ty
         return None
 
 
-def _machine_scales() -> dict[str, float]:
+def _machine_scales(config: SweepConfig) -> dict[str, float]:
     """This machine's speed against the cost model's, as `estimate_sweep`'s keywords:
-    its training MACs' (DLAS_MAC_SCALE sets it) and its serial work's (DLAS_SERIAL_SCALE);
-    for tests and what-if estimates of another machine; unset: measured here."""
-    from dlas.estimate.machine_speed import serial_scale, training_mac_scale
+    its training MACs' (DLAS_MAC_SCALE sets it), its serial work's (DLAS_SERIAL_SCALE) and,
+    when `config` fits in bfloat16 here, a bf16 training step's speedup
+    (DLAS_BF16_SPEEDUP); for tests and what-if estimates of another machine; unset:
+    measured here."""
+    from dlas.estimate.machine_speed import (
+        bf16_step_speedup,
+        serial_scale,
+        training_mac_scale,
+    )
+    from dlas.stages.train import fit_precision
 
-    return {"mac_scale": _scale_from_env("DLAS_MAC_SCALE", training_mac_scale),
-            "serial_scale": _scale_from_env("DLAS_SERIAL_SCALE", serial_scale)}
+    scales = {"mac_scale": _scale_from_env("DLAS_MAC_SCALE", training_mac_scale),
+              "serial_scale": _scale_from_env("DLAS_SERIAL_SCALE", serial_scale)}
+    if fit_precision(config.budgets) == "bfloat16":
+        scales["bf16_speedup"] = _scale_from_env("DLAS_BF16_SPEEDUP", bf16_step_speedup)
+    return scales
 
 
 def _scale_from_env(name: str, measure: Callable[[], float]) -> float:
@@ -240,7 +251,7 @@ def _print_run_estimate(config, workspace) -> RunningEstimate | None:  # noqa: A
         from dlas.estimate.render import duration
 
         est = estimate_sweep(config, workspace.cache_dir, workspace.db_path,
-                             **_machine_scales())
+                             **_machine_scales(config))
     except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
         return None
     if not est.tasks:

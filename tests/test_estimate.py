@@ -255,29 +255,81 @@ def test_a_faster_core_shrinks_the_serial_work_and_not_the_training_macs(
     assert total(0.5) < total(1.0)
 
 
+def _bf16_config(precision: str = "bfloat16"):  # noqa: ANN202
+    text = tiny_sweep("bf16", compression=["none", "weight_pruning"])
+    text = text.replace("budgets:\n", f"budgets:\n  train_precision: {precision}\n", 1)
+    return parse_config(text)
+
+
+def test_a_bfloat16_fit_divides_the_training_step_by_its_speedup() -> None:
+    """`budgets.train_precision` bfloat16: train and fine-tuning steps (per-layer and per-MAC
+    terms alike) cost `bf16_speedup` times less; the fixed work, and every other stage, do
+    not move; a float32 sweep ignores the speedup."""
+    from dlas.estimate import costmodel
+
+    bf16 = [p for p in expand(_bf16_config()) if p.compression.name == "weight_pruning"][0]
+    train, compress = stage_work(bf16, "train", "k"), stage_work(bf16, "compress", "k")
+    assert train.fit_precision == compress.fit_precision == "bfloat16"
+    assert stage_work(bf16, "compile", "k").fit_precision == "float32"
+    nominal, fast = components(train)["train"], components(train, bf16_speedup=2.0)["train"]
+    fixed = costmodel.TRAIN_FIXED_S
+    assert fast - fixed == pytest.approx((nominal - fixed) / 2)
+    compile_ = stage_work(bf16, "compile", "k")
+    assert components(compile_, bf16_speedup=2.0) == components(compile_)
+    fp32 = stage_work(expand(_bf16_config("float32"))[0], "train", "k")
+    assert fp32.fit_precision == "float32"
+    assert components(fp32, bf16_speedup=2.0) == components(fp32)
+    # auto: bf16 only where the CPU has it (the fit's own record wins where there is one)
+    assert stage_work(bf16, "train", "k", facts={"fit_precision": "float32"}
+                      ).fit_precision == "float32"
+
+
+def test_a_measured_bfloat16_fit_rescales_to_float32_by_the_speedup() -> None:
+    """A bf16 fit measured in the workspace says what a float32 one costs only multiplied
+    back by the speedup (and the other way round); same precision, the ratio is the
+    built-in model's alone."""
+    from dlas.estimate.estimate import cost_of
+    from dlas.estimate.measured import Measured
+
+    bf16 = stage_work(expand(_bf16_config())[0], "train", "k")
+    fp32 = replace(bf16, fit_precision="float32")
+    sample = Measured(bf16, {"train": 30.0}, components(bf16))
+    assert cost_of(fp32, [sample], bf16_speedup=1.5)[0] == pytest.approx(45.0)
+    assert cost_of(bf16, [sample], bf16_speedup=1.5)[0] == pytest.approx(30.0)
+    back = Measured(fp32, {"train": 45.0}, components(fp32))
+    assert cost_of(bf16, [back], bf16_speedup=1.5)[0] == pytest.approx(30.0)
+
+
 def test_the_machine_probes_give_bounded_scales() -> None:
     from dlas.estimate.machine_speed import (
         LIMITS,
+        bf16_step_speedup,
         compile_seconds,
         conv_gmacs,
         serial_scale,
         serial_seconds,
         training_mac_scale,
+        training_step_seconds,
     )
 
     assert conv_gmacs(seconds=0.05) > 0 and serial_seconds(seconds=0.02) > 0
+    steps = training_step_seconds(seconds=0.02)
+    assert set(steps) == {"float32", "bfloat16"} and all(0 < s < 10 for s in steps.values())
+    assert LIMITS[0] <= bf16_step_speedup() <= LIMITS[1]
     build = compile_seconds(seconds=0.02)
     assert build is not None and 0 < build < 10
     assert LIMITS[0] <= training_mac_scale() <= LIMITS[1]
     assert LIMITS[0] <= serial_scale() <= LIMITS[1]
 
 
-@pytest.mark.parametrize("name", ["DLAS_MAC_SCALE", "DLAS_SERIAL_SCALE"])
+@pytest.mark.parametrize("name", ["DLAS_MAC_SCALE", "DLAS_SERIAL_SCALE", "DLAS_BF16_SPEEDUP"])
 def test_a_bad_machine_scale_in_the_environment_exits_2(tmp_path: Path, name: str,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture) -> None:
     config = tmp_path / "sweep.yaml"
-    config.write_text(tiny_sweep("scale"))
+    # the bf16 speedup is read only for a sweep that fits in bfloat16
+    config.write_text(tiny_sweep("scale").replace("budgets:\n",
+                                                  "budgets:\n  train_precision: bfloat16\n", 1))
     monkeypatch.setenv(name, "fast")
     assert main(["plan", str(config), "--estimate", "--workspace", str(tmp_path / "ws")]) == 2
     captured = capsys.readouterr()

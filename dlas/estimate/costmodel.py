@@ -104,24 +104,30 @@ SIGNATURE: dict[str, tuple[str, ...]] = {
 }
 
 
-def _per_image(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.0) -> float:
+def _per_image(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.0,
+               bf16_speedup: float = 1.0) -> float:
     """Seconds of one training step on one image; `mac_scale` stretches the per-MAC term
     for a machine slower at it than the fitted ones, `serial_scale` the per-layer
-    framework work (`dlas.estimate.machine_speed`)."""
-    return (TRAIN_S_PER_CONV_IMAGE * work.convs * serial_scale
+    framework work (`dlas.estimate.machine_speed`). A bfloat16 fit divides both by
+    `bf16_speedup`: the constants were fitted in float32, and bf16 autocast sped the
+    per-layer work as much as the big convs' (a step of MobileNetV2-w0.5, mostly per-layer
+    work in this model, 1.73x; of ResNet18-w0.5, mostly MACs, 1.48x: Zen 4)."""
+    step = (TRAIN_S_PER_CONV_IMAGE * work.convs * serial_scale
             + TRAIN_S_PER_MAC_IMAGE * work.macs * mac_scale)
+    return step / bf16_speedup if work.fit_precision == "bfloat16" else step
 
 
 def _latency(work: StageWork) -> float:
     return work.macs / MACS_PER_S * (INT8_SLOWDOWN if work.int8 else 1.0)
 
 
-def components(work: StageWork, mac_scale: float = 1.0,
-               serial_scale: float = 1.0) -> dict[str, float]:
+def components(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.0,
+               bf16_speedup: float = 1.0) -> dict[str, float]:
     """The built-in estimate of `work`, in seconds per component (they sum to the stage);
     `mac_scale`: this machine's training MAC cost over the fitted one; `serial_scale`:
-    its serial work's, everything else (`dlas.estimate.machine_speed`)."""
-    per_image = _per_image(work, mac_scale, serial_scale)
+    its serial work's, everything else; `bf16_speedup`: how many times faster a training
+    step runs here in bfloat16 than in float32 (`dlas.estimate.machine_speed`)."""
+    per_image = _per_image(work, mac_scale, serial_scale, bf16_speedup)
     evaluate = work.test_images * per_image * FORWARD_SHARE
     if work.stage == "train":
         fit = work.train_images * work.epochs * per_image

@@ -70,6 +70,9 @@ class Estimate:
     mac_scale: float = 1.0
     #: The stretch of the rest of the built-in cost (serial work) for this machine.
     serial_scale: float = 1.0
+    #: How many times faster a training step runs here in bfloat16 (1.0: none, or no
+    #: bfloat16 fit in the sweep).
+    bf16_speedup: float = 1.0
 
     @property
     def total_s(self) -> float:
@@ -95,16 +98,23 @@ def _level(target: StageWork, sample: StageWork, layers: tuple[str, ...]) -> int
 
 
 
+def _fit_speed(work: StageWork, bf16_speedup: float) -> float:
+    """How many times faster than float32 the entry's fits run here: a measured bfloat16
+    fit says what a float32 one would cost only once multiplied back."""
+    return bf16_speedup if work.fit_precision == "bfloat16" else 1.0
+
+
 def cost_of(work: StageWork, measured: list[Measured], mac_scale: float = 1.0,
-            serial_scale: float = 1.0) -> tuple[float, float, str]:
+            serial_scale: float = 1.0, bf16_speedup: float = 1.0
+            ) -> tuple[float, float, str]:
     """(measured-based seconds, built-in seconds, basis) of one entry: per component,
     the median of the most similar measured entries rescaled by the built-in model's
     ratio, or the built-in model where none is similar (its training MACs stretched by
-    `mac_scale` and the rest by `serial_scale`, this machine's speed:
-    `dlas.estimate.machine_speed`)."""
+    `mac_scale` and the rest by `serial_scale`, this machine's speed, and a bfloat16 fit
+    shortened by `bf16_speedup`: `dlas.estimate.machine_speed`)."""
     from_measured = from_model = 0.0
     notes: list[str] = []
-    here = components(work, mac_scale, serial_scale)
+    here = components(work, mac_scale, serial_scale, bf16_speedup)
     for part, target_s in components(work).items():
         if target_s <= 0:
             continue
@@ -121,7 +131,9 @@ def cost_of(work: StageWork, measured: list[Measured], mac_scale: float = 1.0,
                 continue
             if level > best:
                 best, scaled = level, []
-            scaled.append(sample.seconds[part] * target_s / base)
+            scaled.append(sample.seconds[part] * target_s / base
+                          * _fit_speed(sample.work, bf16_speedup)
+                          / _fit_speed(work, bf16_speedup))
         if scaled:
             value = statistics.median(scaled)
             from_measured += value
@@ -136,10 +148,11 @@ def cost_of(work: StageWork, measured: list[Measured], mac_scale: float = 1.0,
 
 def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                    workers: int = 1, record: WorkspaceRecord | None = None,
-                   mac_scale: float = 1.0, serial_scale: float = 1.0) -> Estimate:
+                   mac_scale: float = 1.0, serial_scale: float = 1.0,
+                   bf16_speedup: float = 1.0) -> Estimate:
     """The estimate of running `config` against the workspace (its cache and results);
-    `mac_scale` and `serial_scale` correct the built-in cost for this machine (1.0: as
-    fitted)."""
+    `mac_scale`, `serial_scale` and `bf16_speedup` correct the built-in cost for this
+    machine (1.0: as fitted)."""
     from dlas.runner.cache import Cache, CacheIndex
     from dlas.stages import KeyMemo, stage_keys
     from dlas.sweep.grid import expand
@@ -183,7 +196,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
             m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale,
-                                       serial_scale)
+                                       serial_scale, bf16_speedup)
             if stage in TIMED_STAGES and passes > 1:
                 m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
             index[(stage, keys[stage])] = len(tasks)
@@ -205,4 +218,4 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                     skipped_failed=skipped, stages=summaries, tasks=tuple(tasks),
                     serial=simulate(graph, 1), parallel=simulate(graph, workers),
                     samples=len(record.measured), mac_scale=mac_scale,
-                    serial_scale=serial_scale)
+                    serial_scale=serial_scale, bf16_speedup=bf16_speedup)

@@ -73,6 +73,61 @@ def training_mac_scale() -> float:
 
 
 
+def training_step_seconds(seconds: float = 0.5) -> dict[str, float]:
+    """Seconds of one SGD step (forward, backward, update) of a small block of the kinds
+    of layers the CIFAR models train (a 3x3 conv, a depthwise conv and a 1x1 conv, each
+    with batch norm and ReLU; batch 32, 32 channels, 16x16, channels-last), in float32 and
+    under bfloat16 autocast as `budgets.train_precision` runs it: the fastest of each,
+    taken alternately for `seconds` so that a slow spell of this host meets both."""
+    import torch
+    from torch import nn
+
+    generator = torch.Generator().manual_seed(0)
+    block = nn.Sequential(
+        nn.Conv2d(32, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+    ).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(block.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 32, 16, 16, generator=generator).to(memory_format=torch.channels_last)
+    best = {"float32": float("inf"), "bfloat16": float("inf")}
+
+    def step(precision: str) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            loss = block(x).float().square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for precision in best:  # warm-up: oneDNN picks and builds its kernels per precision
+        for _ in range(3):
+            step(precision)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for precision in best:
+            start = time.perf_counter()
+            step(precision)
+            best[precision] = min(best[precision], time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def bf16_step_speedup() -> float:
+    """How many times faster a training step runs here in bfloat16 than in float32
+    (measured once per process; 1.0 where the probe cannot run). Where the CPU lacks native
+    bf16 the figure is below 1: a sweep that asks for bfloat16 there is estimated slower.
+
+    Why a step and not the MAC probe's conv: the cost model's per-layer term moved with
+    the precision as much as its per-MAC term (Zen 4, 2026-11-29: a training step of
+    MobileNetV2-w0.5, whose cost is mostly per-layer work, ran 1.73x faster in bf16; of
+    ResNet18-w0.5, mostly MACs, 1.48x; this probe read 1.71x), so the whole step scales."""
+    try:
+        best = training_step_seconds()
+    except Exception:  # noqa: BLE001 - no probe, no correction: float32's constants
+        return 1.0
+    low, high = LIMITS
+    return min(max(best["float32"] / best["bfloat16"], low), high)
+
 
 def serial_seconds(seconds: float = 0.2) -> float:
     """Seconds of one small pure-Python workload (dict and string work, a sort), the

@@ -69,8 +69,10 @@ def summary_lines(est: Estimate) -> list[str]:
         f"sources: {_share(est.measured_s, est.total_s)} from {est.samples} stage entries "
         f"measured in this workspace (rescaled by MACs, convs, epochs, trials), "
         f"{_share(est.builtin_s, est.total_s)} from the built-in cost model"
-        + (f" (training MACs x{est.mac_scale:.2f}, the rest x{est.serial_scale:.2f} for "
-           "this machine's measured speed)" if est.builtin_s > 0 else ""),
+        + (f" (training MACs x{est.mac_scale:.2f}, the rest x{est.serial_scale:.2f}"
+           + (f", bfloat16 training steps /{est.bf16_speedup:.2f}"
+              if est.bf16_speedup != 1.0 else "")
+           + " for this machine's measured speed)" if est.builtin_s > 0 else ""),
     ]
     if any(t.stage == "compile" and "tuning" in t.basis for t in est.tasks):
         lines.append("tuning counts every budgeted trial: early stopping and schedules "
