@@ -165,3 +165,37 @@ def test_points_with_no_undisturbed_round_rank_by_their_headlines() -> None:
     a = _timed_point({"mixed": 2.0}, "m1")
     b = _timed_point({"mixed": 3.0}, "m2", algorithm="gemm")
     assert _fastest([b, a]) is a
+
+
+def test_a_figure_of_one_round_decides_nothing() -> None:
+    """One round gives an interval of no width: two rows read far in one round each
+    (6.55 [6.55, 6.55] against 1.92 [1.92, 1.92]) tie; and where the rows share a
+    placement with two rounds or more each, they are compared there, not in a preferred
+    one where a row has a single round."""
+    def one(ms: float) -> dict[str, float]:
+        return {**fig(ms, rel=0.0), "rounds": 1}
+
+    a = row(1, "onnxruntime", "far", {"far": one(6.55)}, tuning="onnxruntime")
+    b = row(2, "onnxruntime", "far", {"far": one(1.92)}, tuning="onnxruntime")
+    rel = placed.relate(a, b)
+    assert rel.verdict == "tie" and rel.text() == f"tie ({6.55 / 1.92:.2f}x)"
+    near_once = row(3, "direct", "far", {"near": one(1.0), "far": fig(1.5)})
+    near_often = row(4, "gemm", "near", {"near": fig(2.0), "far": fig(3.0)})
+    rel = placed.relate(near_once, near_often)
+    assert rel.placement == "far" and rel.verdict == "a_faster"
+    assert rel.ratio == 3.0 / 1.5
+    # rows older than the round count (no "rounds") decide as before
+    old = row(5, "direct", "near", {"near": {"median_ms": 1.0, "ci_low_ms": 0.99,
+                                             "ci_high_ms": 1.01}})
+    assert placed.relate(old, near_often).verdict == "a_faster"
+
+
+def test_the_report_compares_in_a_placement_where_both_have_rounds_to_spare() -> None:
+    from dlas.report.comparisons import common_placement
+
+    assert common_placement({"near": 1, "far": 6}, {"near": 5, "far": 4}) == ("far", "far")
+    assert common_placement({"near": 3, "far": 6}, {"near": 5, "far": 4}) == ("near", "near")
+    # nowhere enough: the preferred shared one (its comparison then ties)
+    assert common_placement({"near": 1, "far": 1}, {"near": 1}) == ("near", "near")
+    assert common_placement({"near": 4}, {"far": 4}) is None
+    assert common_placement({"single": 4}, {"near": 1, "far": 3}) == ("single", "far")

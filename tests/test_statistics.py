@@ -263,3 +263,22 @@ def test_log_ratio_is_symmetric() -> None:
     assert log_ratio(1.0, 1.1) == pytest.approx(log_ratio(1.1, 1.0))
     assert log_ratio(2.0, 2.0) == 0.0
     assert log_ratio(1.0, math.e) == pytest.approx(1.0)
+
+
+def test_one_round_decides_nothing() -> None:
+    """The bootstrap resamples whole rounds, so one round gives an interval of no width: a
+    3.4x gap read from one shared round (a disturbed pass, both rows far) is a tie, and
+    one shared round pairs nothing (each side's other rounds are used)."""
+    one_a: Groups = {("run", 0): [6.5, 6.6, 6.4]}
+    one_b: Groups = {("run", 0): [1.9, 1.9, 2.0]}
+    c = compare(one_a, one_b)
+    assert c.verdict == "tie" and not c.decided and c.ratio == pytest.approx(1.9 / 6.5)
+    # one shared round, more of their own: unpaired over all of each side's rounds
+    a: Groups = {("run", 0): [1.0] * 5, ("a", 1): [1.01] * 5, ("a", 2): [0.99] * 5}
+    b: Groups = {("run", 0): [2.0] * 5, ("b", 1): [2.02] * 5, ("b", 2): [1.98] * 5}
+    c = compare(a, b)
+    assert not c.paired and c.verdict == "a_faster" and c.low < c.high
+    # two shared rounds pair
+    assert compare({**a, ("run", 1): [1.0] * 5}, {**b, ("run", 1): [2.0] * 5}).paired
+    # a side with one round ties however far the other's rounds lie
+    assert compare(one_a, b).verdict == "tie"

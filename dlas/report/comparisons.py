@@ -2,8 +2,9 @@
 timed points (`dlas.results.statistics.compare` over their timing histories).
 
 - Only within one vCPU placement (`dlas.measure.placement.comparable`): the preferred
-  placement both points have undisturbed rounds in. A pair with none in common is
-  "incomparable", which counts as a tie.
+  placement both points have at least two undisturbed rounds in (one round gives no
+  interval: `statistics.MIN_DECIDING_ROUNDS`), else the preferred one they share. A pair
+  with none in common is "incomparable", which counts as a tie.
 - Paired by round when the two were timed in the same rounds (the variants of one model,
   interleaved by the timing worker), so a drift that hit a round hits both.
 - Across runs, wider: two points not timed in the same rounds (other timing workers: other
@@ -45,7 +46,13 @@ from dlas.measure.placement import PREFERENCE, SINGLE, comparable
 from dlas.report.data import ReportPoint
 from dlas.results.drift import pair_half_width, prior, widen
 from dlas.results.latency import groups, usable_runs
-from dlas.results.statistics import Comparison, GroupKey, compare, pooled
+from dlas.results.statistics import (
+    MIN_DECIDING_ROUNDS,
+    Comparison,
+    GroupKey,
+    compare,
+    pooled,
+)
 
 #: Resamples per comparison (the report makes hundreds; 1000 gives a stable 95% interval).
 RESAMPLES = 1000
@@ -56,20 +63,31 @@ def _groups(p: ReportPoint, placement: str) -> dict[GroupKey, list[float]]:
     return groups(runs, placement, allow_loaded=loaded)
 
 
-def _placements(p: ReportPoint) -> list[str]:
-    """The placements `p` has undisturbed rounds in, preferred first."""
-    return [s for s in PREFERENCE if _groups(p, s)]
+def _placements(p: ReportPoint) -> dict[str, int]:
+    """The placements `p` has undisturbed rounds in, preferred first, with their rounds."""
+    counts = {s: len(_groups(p, s)) for s in PREFERENCE}
+    return {s: n for s, n in counts.items() if n}
 
 
-def common_placement(pa: list[str], pb: list[str]) -> tuple[str, str] | None:
-    """The placements to compare two points in: the preferred one both have; a point
-    timed on one CPU compares with the other's preferred placement."""
+def _first(rounds: dict[str, int]) -> str | None:
+    """The preferred placement with enough rounds to decide (`MIN_DECIDING_ROUNDS`), else
+    the preferred one."""
+    enough = [s for s, n in rounds.items() if n >= MIN_DECIDING_ROUNDS]
+    return (enough or list(rounds) or [None])[0]
+
+
+def common_placement(pa: dict[str, int], pb: dict[str, int]) -> tuple[str, str] | None:
+    """The placements to compare two points in (each maps its placements, preferred first,
+    to its rounds there): the preferred one where both have enough rounds to decide, else
+    the preferred one both have; a point timed on one CPU compares with the other's
+    preferred placement."""
     if SINGLE in pa or SINGLE in pb:
-        sa = SINGLE if SINGLE in pa else (pa[0] if pa else None)
-        sb = SINGLE if SINGLE in pb else (pb[0] if pb else None)
+        sa = SINGLE if SINGLE in pa else _first(pa)
+        sb = SINGLE if SINGLE in pb else _first(pb)
         return (sa, sb) if sa and sb and comparable(sa, sb) else None
-    common = [s for s in PREFERENCE if s in pa and s in pb]
-    return (common[0], common[0]) if common else None
+    both = {s: min(pa[s], pb[s]) for s in PREFERENCE if s in pa and s in pb}
+    pick = _first(both)
+    return (pick, pick) if pick else None
 
 
 _latency_cache: dict[tuple[str, float, str], float | None] = {}

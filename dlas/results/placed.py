@@ -14,7 +14,8 @@ The rule is the one `dlas.measure.placement.comparable` states: the same placeme
 row timed on one CPU (`single`), which no placement affects. The report's observations
 compare timing histories (`dlas.report.comparisons`, a paired bootstrap); this module is
 for the places that hold only rows (the run's summary, benchmarks): "faster" only when the
-two 95% intervals separate.
+two 95% intervals separate, and only when each rests on two rounds or more (one round's
+interval has no width: `dlas.results.statistics.MIN_DECIDING_ROUNDS`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from dlas.measure.placement import PREFERENCE, SINGLE
+from dlas.results.statistics import MIN_DECIDING_ROUNDS
 
 if TYPE_CHECKING:
     from dlas.results.row import ResultRow
@@ -39,6 +41,14 @@ class PlacedFigure:
     median_ms: float
     ci_low_ms: float | None = None
     ci_high_ms: float | None = None
+    #: Rounds behind the figures (None: not recorded, rows older than the record).
+    rounds: int | None = None
+
+    @property
+    def decides(self) -> bool:
+        """Whether its interval can decide a comparison: it rests on
+        `MIN_DECIDING_ROUNDS` rounds or more (one round's interval has no width)."""
+        return self.rounds is None or self.rounds >= MIN_DECIDING_ROUNDS
 
 
 def placed_figures(row: ResultRow) -> dict[str | None, PlacedFigure]:
@@ -47,11 +57,14 @@ def placed_figures(row: ResultRow) -> dict[str | None, PlacedFigure]:
     out: dict[str | None, PlacedFigure] = {}
     for state, fig in (row.latency_by_placement or {}).items():
         if isinstance(fig, dict) and fig.get("median_ms"):
+            rounds = fig.get("rounds")
             out[state] = PlacedFigure(state, float(fig["median_ms"]), fig.get("ci_low_ms"),
-                                      fig.get("ci_high_ms"))
+                                      fig.get("ci_high_ms"),
+                                      int(rounds) if rounds is not None else None)
     if row.latency_median_ms and row.placement not in out:
         out[row.placement] = PlacedFigure(row.placement, row.latency_median_ms,
-                                          row.latency_ci_low_ms, row.latency_ci_high_ms)
+                                          row.latency_ci_low_ms, row.latency_ci_high_ms,
+                                          row.timing_rounds)
     return out
 
 
@@ -70,12 +83,15 @@ def _candidates(rows: Sequence[ResultRow]) -> list[str | None]:
 
 
 def shared_placement(rows: Sequence[ResultRow]) -> tuple[bool, str | None]:
-    """(found, placement): the first of `_candidates` every row of `rows` has figures in.
+    """(found, placement): the first of `_candidates` every row of `rows` has figures in
+    that can decide (`PlacedFigure.decides`), else the first they merely all have.
     `found` is False when there is none: the rows cannot be compared."""
-    for state in _candidates(rows):
-        if rows and all(figure_in(r, state) is not None for r in rows):
+    shared = [state for state in _candidates(rows)
+              if rows and all(figure_in(r, state) is not None for r in rows)]
+    for state in shared:
+        if all(f.decides for r in rows if (f := figure_in(r, state)) is not None):
             return True, state
-    return False, None
+    return (True, shared[0]) if shared else (False, None)
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,8 @@ def relate(a: ResultRow, b: ResultRow) -> Relation:
         return Relation(verdict, ratio, placement, medians_only=True)
     lo_a, hi_a, lo_b, hi_b = (float(e) for e in ends)  # type: ignore[arg-type]
     verdict = "a_faster" if hi_a < lo_b else "b_faster" if hi_b < lo_a else "tie"
+    if not (fa.decides and fb.decides):
+        verdict = "tie"  # one round: no interval to separate
     return Relation(verdict, ratio, placement)
 
 

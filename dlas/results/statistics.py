@@ -27,6 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: Rounds a side needs for a comparison to decide anything: the bootstrap resamples whole
+#: rounds, so from one round every resample draws that round and the interval has no width
+#: (a `dlas report` on a disturbed pass once said "differ: 0.289x [0.289, 0.289]" of two
+#: rows that shared one round in far placement). With fewer, a comparison is not paired
+#: (one shared round pairs nothing) and says tie.
+MIN_DECIDING_ROUNDS = 2
 #: Confidence level of every interval dlas reports.
 CONFIDENCE = 0.95
 #: Bootstrap resamples: enough for a stable 95% interval at milliseconds of cost.
@@ -221,15 +227,17 @@ def compare(a: Mapping[GroupKey, Sequence[float]], b: Mapping[GroupKey, Sequence
             seed: int = SEED, placement: str | None = None) -> Comparison:
     """Bootstrap interval of median(b) / median(a).
 
-    Paired when the two share rounds (the same timing run interleaved them): then only
-    the shared rounds are used, resampled together. Otherwise each side is resampled on
-    its own.
+    Paired when the two share `MIN_DECIDING_ROUNDS` rounds or more (the same timing run
+    interleaved them): then only the shared rounds are used, resampled together.
+    Otherwise each side is resampled on its own. A side with fewer than
+    `MIN_DECIDING_ROUNDS` rounds has no spread between rounds to resample: the verdict is
+    a tie, whatever the ratio.
     """
-    shared = sorted(set(a) & set(b))
-    paired = bool(shared)
+    shared = [k for k in sorted(set(a) & set(b)) if len(a[k]) and len(b[k])]
+    paired = len(shared) >= MIN_DECIDING_ROUNDS
     if paired:
-        a = {k: a[k] for k in shared if len(a[k]) and len(b[k])}
-        b = {k: b[k] for k in a}
+        a = {k: a[k] for k in shared}
+        b = {k: b[k] for k in shared}
     na, nb = _Nested(a), _Nested(b)
     if na.rounds == 0 or nb.rounds == 0:
         raise ValueError("both sides need samples to be compared")
@@ -241,6 +249,8 @@ def compare(a: Mapping[GroupKey, Sequence[float]], b: Mapping[GroupKey, Sequence
     alpha = (1.0 - confidence) / 2.0
     low, high = (float(q) for q in np.quantile(ratios, [alpha, 1.0 - alpha]))
     verdict = "a_faster" if low > 1.0 else "b_faster" if high < 1.0 else "tie"
+    if min(na.rounds, nb.rounds) < MIN_DECIDING_ROUNDS:
+        verdict = "tie"
     return Comparison(ratio, low, high, verdict, paired, placement)
 
 
