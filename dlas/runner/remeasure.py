@@ -21,17 +21,19 @@ from dlas.sweep.grid import Point, expand
 
 
 def forget_timings(config: SweepConfig, db_path: Path, cache: Cache, *,
-                   only_noisy: bool, fewer_runs_than: int | None = None) -> list[Point]:
+                   only_noisy: bool, fewer_runs_than: int | None = None,
+                   only: frozenset[str] | None = None) -> list[Point]:
     """Drop the cached timing of every point of `config` whose row is ok (and noisy, with
     `only_noisy`; and pools fewer than `fewer_runs_than` timing runs, when given: the
-    points a timing pass still owes a run, `dlas.runner.passes`); return those points.
-    Rows and timing history stay; the run rewrites the rows."""
+    points a timing pass still owes a run, `dlas.runner.passes`; and whose key `only`
+    holds, when given); return those points. Rows and timing history stay; the run
+    rewrites the rows."""
     if not Path(db_path).exists():
         return []
     dropped = []
     with ResultStore(db_path) as store:
         for point in expand(config):
-            if point.blocked:
+            if point.blocked or (only is not None and point.key not in only):
                 continue
             row = store.get(point.key)
             if row is None or row.status != "ok" or (only_noisy and not row.noisy):

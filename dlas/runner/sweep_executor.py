@@ -56,11 +56,12 @@ class SweepExecutor(Protocol):
     timing_source: str
 
     def run(self, config: SweepConfig, *, fail_fast: bool = False,
-            retry_failed: bool = False) -> RunReport:
+            retry_failed: bool = False, only: frozenset[str] | None = None) -> RunReport:
         """Run the sweep (cached: a second run recomputes nothing; interrupted: the report
         says so, and the same call resumes). Its timings are one pass of the config's
         `budgets.timing_passes` (each takes its share of the rounds and samples);
-        `dlas.runner.passes.run_in_passes` runs all of them."""
+        `dlas.runner.passes.run_in_passes` runs all of them. `only`: the keys of the
+        points to run (the later passes of a `--retry-failed` run); None, all."""
         ...
 
 
@@ -107,7 +108,7 @@ class PlanExecutor(ABC):
     # -- the shared run ---------------------------------------------------------------
 
     def run(self, config: SweepConfig, *, fail_fast: bool = False,
-            retry_failed: bool = False) -> RunReport:
+            retry_failed: bool = False, only: frozenset[str] | None = None) -> RunReport:
         registry.load_plugins()
         start = time.perf_counter()
         points = expand(config)
@@ -120,7 +121,7 @@ class PlanExecutor(ABC):
             with ResultStore(self.workspace.db_path) as store:
                 run = SweepRun(config.name, store, fail_fast, len(points))
                 try:
-                    self.walk(run, self._plans(run, points, retry_failed))
+                    self.walk(run, self._plans(run, points, retry_failed, only))
                 except KeyboardInterrupt:
                     report.interrupted = True
                 finally:
@@ -132,13 +133,13 @@ class PlanExecutor(ABC):
     def begin(self) -> None:  # noqa: B027 - the local executor renews its stage executor
         """Called once a run's report exists, before anything else happens."""
 
-    def _plans(self, run: SweepRun, points: list[Point], retry_failed: bool
-               ) -> list[PointPlan]:
+    def _plans(self, run: SweepRun, points: list[Point], retry_failed: bool,
+               only: frozenset[str] | None = None) -> list[PointPlan]:
         """The plans of the points this run computes; blocked points are recorded here."""
         memo = KeyMemo()
         plans = []
         for i, point in points_to_run(points, run.store, self.report, self.console,
-                                      retry_failed=retry_failed, sweep=run.name):
+                                      retry_failed=retry_failed, sweep=run.name, only=only):
             if point.blocked:
                 self.console.point_start(i, run.points, point)
                 row = new_row(point, run.name).update(status="not_runnable",
@@ -162,12 +163,14 @@ class PlanExecutor(ABC):
 
 
 def points_to_run(points: list[Point], store: ResultStore, report: RunReport,
-                  console: RunConsole, *, retry_failed: bool, sweep: str
-                  ) -> Iterator[tuple[int, Point]]:
+                  console: RunConsole, *, retry_failed: bool, sweep: str,
+                  only: frozenset[str] | None = None) -> Iterator[tuple[int, Point]]:
     """The points a run computes, with their 1-based index: a point that failed before is
     skipped (reported, its row kept, and listed as the sweep's) unless `retry_failed`,
-    which runs only those."""
+    which runs only those; with `only`, none but the points whose keys it holds."""
     for i, point in enumerate(points, 1):
+        if only is not None and point.key not in only:
+            continue
         previous = store.get(point.key)
         was_failed = previous is not None and previous.status in (
             "failed", "verification_failed")
