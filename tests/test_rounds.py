@@ -313,8 +313,9 @@ def test_a_reading_that_always_looks_contended_is_ignored_not_fatal() -> None:
     chunk = _Chunk(NEAR, [80.0, 80.0], [1e-3], state=NEAR, cache_ns=[[20.0, 9.0]])
     for _ in range(10):
         s.contention.note([[9.0, 9.0]])
-    verdict = s._relabel([_Round(0, False, None, 0.0, {"a": chunk})])
+    verdict, slow = s._relabel([_Round(0, False, None, 0.0, {"a": chunk})])
     assert verdict.contended == 0 and verdict.ignored == "every chunk read as contended"
+    assert slow.flagged == 0
     assert chunk.placement == NEAR
     assert CONTENTION_FACTOR > 1.0
 

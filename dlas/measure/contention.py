@@ -92,6 +92,14 @@ class JudgedChunk(Protocol):
     samples_s: list[float]
 
 
+class SampledChunk(Protocol):
+    """What confirming a flag needs of a chunk: the placement read around it and its
+    samples (seconds)."""
+
+    state: str
+    samples_s: list[float]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What `ContentionJudge.relabel` decided for a run's chunks."""
@@ -105,7 +113,7 @@ class Verdict:
     slowdown: float | None = None
 
 
-def flagged_slowdown(chunks: Sequence[tuple[str, JudgedChunk]], flags: Sequence[bool]
+def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool]
                      ) -> tuple[float | None, int]:
     """(median ratio, how many compared) of each flagged chunk's median sample over the
     median of its variant's unflagged chunks in the same placement state; a flagged

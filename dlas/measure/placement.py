@@ -55,8 +55,12 @@ MIXED = "mixed"
 #: but does not judge: it also reads the variant's own pool threads still spinning
 #: (after PyTorch's chunks: 10.4 ns/KiB, against 8.6 before them).
 CONTENDED = "contended"
+#: Label of a chunk whose round trip between the measurement's CPUs was slower than usual
+#: for its placement, where such chunks ran slower (`dlas.measure.round_trip`: a finer
+#: state inside "near" that slowed every runtime 1.2-1.9x on a Zen 4). Not used.
+SLOW_ROUND_TRIP = "slow_round_trip"
 #: Labels of chunks that are never used for a figure.
-UNUSABLE = (MIXED, CONTENDED, ERRATIC)
+UNUSABLE = (MIXED, CONTENDED, SLOW_ROUND_TRIP, ERRATIC)
 #: Preference when one placement must be chosen for a headline figure: the state a
 #: multi-threaded timing is fastest and most repeatable in first.
 PREFERENCE = (SINGLE, NEAR, FAR, UNKNOWN, ERRATIC)

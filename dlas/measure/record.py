@@ -24,8 +24,10 @@ class TimingRound(BaseModel):
     index: int
     #: Placement of the measurement's CPUs over the round (`dlas.measure.placement`):
     #: near, far, single (one CPU), unknown (no probe), erratic (the probe was
-    #: disturbed), mixed (it changed during the round), or contended (something
-    #: else used a measurement CPU's core caches: `cache_ns` rose; `dlas.measure.rounds`).
+    #: disturbed), mixed (it changed during the round), contended (something
+    #: else used a measurement CPU's core caches: `cache_ns` rose; `dlas.measure.rounds`),
+    #: or slow_round_trip (`round_trip_ns` above its placement's usual, where such chunks
+    #: ran slower: `dlas.measure.round_trip`).
     placement: str
     #: Round trips read before and after the round, ns.
     round_trip_ns: list[float | None] = Field(default_factory=list)

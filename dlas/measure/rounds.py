@@ -42,15 +42,18 @@ import numpy as np
 from dlas.measure.contention import CONTENTION_FACTOR, ContentionJudge, Verdict
 from dlas.measure.load import CpuLoadProbe, busiest_processes
 from dlas.measure.placement import (
+    CONTENDED,
     MIXED,
     NEAR,
     SINGLE,
+    SLOW_ROUND_TRIP,
     UNKNOWN,
     UNUSABLE,
     PlacementProbe,
     PlacementReading,
 )
 from dlas.measure.record import TimingRound, TimingRun
+from dlas.measure.round_trip import ROUND_TRIP_FACTOR, RoundTripJudge, RoundTripVerdict
 from dlas.measure.stopping import (
     RoundCounts,
     RoundsPolicy,
@@ -162,6 +165,8 @@ class RoundSampler:
         #: Every cache reading per CPU position (`dlas.measure.placement`), for the
         #: contention judgement.
         self.contention = ContentionJudge()
+        #: The usual round trip per placement, for chunks read slower than it.
+        self.round_trip = RoundTripJudge()
 
     # -- one round --------------------------------------------------------------------
 
@@ -172,10 +177,18 @@ class RoundSampler:
             return PlacementReading(UNKNOWN)
         return self.placement.read()
 
-    def _relabel(self, kept: list[_Round]) -> Verdict:
-        """Every kept chunk judged for contention again (`ContentionJudge.relabel`)."""
-        return self.contention.relabel([(label, c) for r in kept
-                                        for label, c in r.chunks.items()])
+    def _relabel(self, kept: list[_Round]) -> tuple[Verdict, RoundTripVerdict]:
+        """Every kept chunk judged again for contention (`ContentionJudge.relabel`), then
+        for a round trip slower than its placement's usual (`RoundTripJudge`): early
+        chunks were judged against few readings, and a verdict can change."""
+        chunks = [(label, c) for r in kept for label, c in r.chunks.items()]
+        verdict = self.contention.relabel(chunks)
+        judged = [(label, c) for label, c in chunks if c.state and c.state not in UNUSABLE]
+        flags, slow = self.round_trip.flags(judged)
+        for (_, chunk), flag in zip(judged, flags, strict=True):
+            if flag and chunk.placement != CONTENDED:
+                chunk.placement = SLOW_ROUND_TRIP
+        return verdict, slow
 
     def _chunk_size(self, subject: Subject) -> int:
         """Samples in the subject's next chunk: its share of the samples per round, fewer
@@ -307,7 +320,7 @@ class RoundSampler:
         counts, samples, placed = self._tally(kept, labels)
         waiting = Waiting()
         index = 0
-        verdict = Verdict(0)
+        verdict, slow = Verdict(0), RoundTripVerdict(0)
 
         while len(kept) < policy.max_rounds:
             t0 = self.clock()
@@ -316,7 +329,7 @@ class RoundSampler:
             if rnd.loaded and self._handle_load(rnd, self.clock() - t0):
                 continue
             kept.append(rnd)
-            verdict = self._relabel(kept)
+            verdict, slow = self._relabel(kept)
             counts, samples, placed = self._tally(kept, labels)
             rt = next((v for c in rnd.chunks.values() for v in c.round_trip_ns
                        if v is not None), None)
@@ -364,6 +377,17 @@ class RoundSampler:
             # the rounds above were printed as they came, flags and all
             notes.append(f"the chunks the cache readings flagged as contended ran "
                          f"x{verdict.slowdown:.2f} of the others: none left out")
+        if slow.ignored:
+            self.events.append({"event": "round_trip_ignored", "reason": slow.ignored,
+                                "slowdown": slow.slowdown})
+        if slow.flagged:
+            self.events.append({"event": "slow_round_trip", "chunks": slow.flagged,
+                                "slowdown": slow.slowdown, "of": chunks,
+                                "usual_ns": slow.usual_ns})
+        if chunks and slow.flagged > chunks // 4:
+            notes.append(f"{slow.flagged} of {chunks} chunks were taken while the round trip "
+                         f"between the measurement's CPUs was above {ROUND_TRIP_FACTOR:.2f}x "
+                         "its usual for the placement, and ran slower; they are left out")
         if chunks and contended > chunks // 4:
             notes.append(f"{contended} of {chunks} chunks were taken while something else "
                          "used a measurement CPU's core caches (cache reading above "
