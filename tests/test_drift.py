@@ -186,3 +186,23 @@ def test_an_invocation_keeps_one_figure_per_entry_pooled_over_its_passes(
     with sqlite3.connect(path) as conn:
         kept = conn.execute("SELECT run_id, invocation, median_ms FROM run_figures").fetchall()
     assert kept == [(f"{drift_record.INVOCATION}-near", drift_record.INVOCATION, 1.0)]
+
+
+def test_cpus_the_hypervisor_names_alike_keep_separate_records(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Zen 3 and Zen 4 both read 'AMD EPYC': their family and model tell them apart, so a
+    drift learned on one does not set the other's next-run range."""
+    from dlas.targets import host
+
+    def cpu(model: str) -> dict[str, str]:
+        return {"model name": "AMD EPYC", "cpu family": "25", "model": model}
+
+    def machine(fields: dict[str, str]) -> str:
+        monkeypatch.setattr(host, "cpuinfo_fields", lambda: fields)
+        drift_record.this_machine.cache_clear()  # read once per process
+        return drift_record.this_machine()
+
+    zen3, zen4 = machine(cpu("1")), machine(cpu("17"))
+    assert zen3 != zen4 and "family 25 model 17" in zen4
+    assert machine({"Hardware": "board"}).startswith("board x")
+    drift_record.this_machine.cache_clear()

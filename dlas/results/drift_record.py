@@ -58,11 +58,19 @@ def record_path() -> Path:
 
 @functools.cache
 def this_machine() -> str:
-    """'AMD EPYC x2': the CPU model and the cores timings run on."""
+    """'AMD EPYC family 25 model 17 x2': the CPU and the cores timings run on.
+
+    Why the family and model: cloud hypervisors name every AMD EPYC generation "AMD EPYC"
+    (Zen 1, 3, 4 and 5 all read so here), and their timings drift very differently
+    (docs/timing.md: a Zen 5's invocations agreed to 1-3%, a Zen 4's to 5-9% median), so
+    a record learned on one must not set another's next-run range."""
     from dlas.targets.host import available_cores, cpuinfo_fields
 
     info = cpuinfo_fields()
     model = info.get("model name") or info.get("Model") or info.get("Hardware") or "cpu"
+    family, number = info.get("cpu family"), info.get("model")
+    if family and number:
+        model = f"{model} family {family} model {number}"
     return f"{model} x{available_cores()}"
 
 
