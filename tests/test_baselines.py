@@ -490,3 +490,47 @@ def test_a_torch_compiled_peer_is_verified_and_timed_in_a_sweep(tmp_path: Path) 
     assert row.tuning == "pytorch(compile_mode=default,mode=compile)"
     assert row.runtime_info["mode"] == "compile"
     assert row.runtime_info["compile_mode"] == "default" and row.runtime_info["compile_s"] > 0
+
+
+def test_a_baseline_subject_reads_its_input_shape_from_the_import_not_the_data(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timing worker built the data bundle for a baseline's input shape: for digits,
+    scikit-learn's import and the dataset (about 2 s) in every worker of every pass. The
+    shape comes from the import's facts; a float32 baseline never asks for the data."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from dlas.stages.base import Inputs
+    from dlas.stages.baseline import BASELINE
+    from dlas.stages.compress import COMPRESS
+    from dlas.stages.data import DATA
+    from dlas.stages.import_model import IMPORT
+    from dlas.stages.timed import TimingContext
+
+    (point,) = expand(parse_config(sweep(tuning="[onnxruntime]")))
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    compressed = SimpleNamespace(model=model, quantized_onnx=lambda: None,
+                                 facts=SimpleNamespace(info={}))
+    imported = SimpleNamespace(facts=SimpleNamespace(precision="float32",
+                                                     input_shape=[1, 3, 12, 12]))
+    asked: list[str] = []
+
+    def output(stage: object) -> object:
+        asked.append(stage.name)  # type: ignore[attr-defined]
+        if stage is DATA:
+            raise AssertionError("the data bundle was built for a float32 baseline")
+        return {COMPRESS.name: compressed, IMPORT.name: imported}[stage.name]  # type: ignore[attr-defined]
+
+    seen: list[tuple[int, ...]] = []
+    real = point.tuning.option.fn
+
+    def peer(params: object, baseline: BaselineModel) -> object:
+        seen.append(baseline.input_shape)
+        return real(params, baseline)
+
+    monkeypatch.setattr(point.tuning.option, "fn", peer)
+    subject = BASELINE.subject(point, Inputs(BASELINE, output, lambda s: None),
+                               TimingContext(), tmp_path)
+    assert seen == [(3, 12, 12)] and DATA.name not in asked
+    subject.close()  # type: ignore[union-attr]

@@ -22,8 +22,10 @@ from dlas.measure.placement import (
     PlacementProbe,
     PlacementReading,
     build_library,
+    cache_stream_ns,
     classify,
     comparable,
+    probe_ns,
     probe_unavailable,
     round_trip_ns,
 )
@@ -202,3 +204,25 @@ def test_real_round_trip_to_a_cpu_outside_the_mask_is_none(two_cpus: list[int]) 
     assert round_trip_ns(two_cpus[0], missing) is None
     assert round_trip_ns(missing, two_cpus[0]) is None
     assert os.sched_getaffinity(0) == mask
+
+
+def test_one_native_call_reads_the_bursts_and_both_cpus_caches(two_cpus: list[int]) -> None:
+    """`probe_ns` does a whole reading's native work with one partner thread: its bursts
+    are plausible round trips, each CPU's cache reading is a plausible ns/KiB (as
+    `cache_stream_ns` reads it), the caller's mask is restored, and a partner that cannot
+    be pinned reads nothing. `PlacementProbe.read` takes its readings from it."""
+    mask = os.sched_getaffinity(0)
+    trips, (a, b) = probe_ns(two_cpus[0], two_cpus[1], bursts=3)
+    assert os.sched_getaffinity(0) == mask
+    good = [v for v in trips if v is not None]
+    assert len(trips) == 3 and good and 10.0 <= min(good) <= 100_000.0, trips
+    alone = cache_stream_ns(two_cpus[1])
+    assert a is not None and b is not None and alone is not None
+    assert all(0.5 <= v <= 1000.0 for v in (a, b)), (a, b)
+    trips, cache = probe_ns(two_cpus[0], two_cpus[1], cache_passes=0)
+    assert cache == (None, None) and all(v is not None for v in trips)
+    missing = max(1000, os.cpu_count() or 0)
+    assert probe_ns(two_cpus[0], missing) == ([None] * 3, (None, None))
+    assert os.sched_getaffinity(0) == mask
+    reading = PlacementProbe(two_cpus).read()
+    assert len(reading.cache_ns) == 2 and all(v is not None for v in reading.cache_ns)

@@ -152,6 +152,10 @@ def _load() -> ctypes.CDLL | None:
                 lib = ctypes.CDLL(str(build_library()))
                 lib.dlas_pingpong_ns.restype = ctypes.c_double
                 lib.dlas_pingpong_ns.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long]
+                lib.dlas_probe_ns.restype = ctypes.c_int
+                lib.dlas_probe_ns.argtypes = [
+                    ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_int, ctypes.c_int,
+                    ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]
                 lib.dlas_cache_stream_ns.restype = ctypes.c_double
                 lib.dlas_cache_stream_ns.argtypes = [ctypes.c_int, ctypes.c_int]
                 _library = lib
@@ -175,6 +179,28 @@ def round_trip_ns(cpu_a: int, cpu_b: int, iters: int = ITERS) -> float | None:
     return value if value > 0 else None
 
 
+def probe_ns(cpu_a: int, cpu_b: int, bursts: int = BURSTS, iters: int = ITERS,
+             cache_passes: int = CACHE_PASSES
+             ) -> tuple[list[float | None], tuple[float | None, float | None]]:
+    """One placement reading's native work in one call: `bursts` round trips between the
+    CPUs (as `round_trip_ns`) and, with `cache_passes`, each CPU's cache reading (as
+    `cache_stream_ns`), the other CPU's read by the partner thread already there. Why one
+    call: every wake of an idle vCPU costs about a 4 ms scheduler tick on these VMs, and
+    a reading built of separate calls (a partner per burst, a migration per cache
+    reading) took 12 ms, twice per chunk (`native/pingpong.c`). Nones if not measurable."""
+    lib = _load()
+    if lib is None:
+        return [None] * bursts, (None, None)
+    trips = (ctypes.c_double * bursts)()
+    cache = (ctypes.c_double * 2)()
+    done = int(lib.dlas_probe_ns(int(cpu_a), int(cpu_b), int(iters), int(bursts),
+                                 int(cache_passes), trips, cache))
+    if done != bursts:
+        return [None] * bursts, (None, None)
+    a, b = (float(v) if v > 0 else None for v in cache)
+    return [float(v) if v > 0 else None for v in trips], (a, b)
+
+
 def cache_stream_ns(cpu: int, passes: int = CACHE_PASSES) -> float | None:
     """Nanoseconds per KiB streamed from a core-sized cache buffer on `cpu` (best of
     `passes`); None if not measurable. High while something else uses the core's caches."""
@@ -189,8 +215,9 @@ class PlacementProbe:
     """Reads the placement of the CPUs a measurement's threads run on.
 
     `cpus`: those CPUs, the first being where the calling (master) thread runs. With one
-    CPU there is nothing to probe (`SINGLE`). `reader(a, b)` replaces the ping-pong in
-    tests.
+    CPU there is nothing to probe (`SINGLE`). `reader(a, b)`, one burst's round trip,
+    replaces the ping-pong in tests; without it a reading's bursts come from one native
+    call (`round_trip_bursts_ns`).
     """
 
     def __init__(self, cpus: Sequence[int], *, bursts: int = BURSTS,
@@ -198,24 +225,37 @@ class PlacementProbe:
                  cache_reader: Callable[[int], float | None] | None = None) -> None:
         self.cpus = list(cpus)
         self.bursts = max(1, bursts)
-        self._read = reader or round_trip_ns
-        #: Reads a CPU's cache contention; by default the native one, unless `reader`
-        #: was replaced (a test's fake placement) and this was not.
-        self._cache = cache_reader or (cache_stream_ns if reader is None else None)
+        self._read = reader
+        #: Reads a CPU's cache contention; by default the native one (inside the native
+        #: reading, `probe_ns`), unless `reader` was replaced (a test's fake placement)
+        #: and this was not.
+        self._cache = cache_reader
+        self._native_cache = reader is None and cache_reader is None
 
     def read(self) -> PlacementReading:
         if len(self.cpus) < 2:
             return PlacementReading(SINGLE)
         first, others = self.cpus[0], self.cpus[1:]
         worst: float | None = None
+        native: dict[int, float | None] = {}
         for other in others:
-            values = [self._read(first, other) for _ in range(self.bursts)]
+            if self._read is not None:
+                values = [self._read(first, other) for _ in range(self.bursts)]
+            else:
+                values, (mine, theirs) = probe_ns(
+                    first, other, self.bursts,
+                    cache_passes=CACHE_PASSES if self._native_cache else 0)
+                native.setdefault(first, mine)
+                native[other] = theirs
             good = [v for v in values if v is not None]
             if not good:
                 return PlacementReading(UNKNOWN)
             value = statistics.median(good)
             worst = value if worst is None else max(worst, value)
-        cache = tuple(self._cache(cpu) for cpu in self.cpus) if self._cache else ()
+        if self._native_cache:
+            cache = tuple(native.get(cpu) for cpu in self.cpus)
+        else:
+            cache = tuple(self._cache(cpu) for cpu in self.cpus) if self._cache else ()
         return PlacementReading(classify(worst), worst, cache)
 
     def describe(self) -> dict[str, object]:

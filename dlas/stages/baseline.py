@@ -14,7 +14,6 @@ import numpy as np
 from dlas.measure.load import CpuLoadProbe
 from dlas.stages.base import Inputs
 from dlas.stages.compress import COMPRESS
-from dlas.stages.data import DATA
 from dlas.stages.facts import MeasureFacts
 from dlas.stages.import_model import IMPORT
 from dlas.stages.timed import (
@@ -95,8 +94,11 @@ class BaselineStage(TimedStage):
         threads = baseline_threads(point)
         cpus = context.cpus[:threads] if context.cpus and len(context.cpus) >= threads \
             else None
+        # the shape from the import's facts, not the data bundle: building the bundle in
+        # a timing worker loaded the dataset (digits: scikit-learn's import, ~2 s) for a
+        # shape, in every worker of every pass
         model = BaselineModel(
-            compressed.model, imported.facts.precision, tuple(inputs[DATA].input_shape),
+            compressed.model, imported.facts.precision, tuple(imported.facts.input_shape[1:]),
             threads, quantized_onnx=compressed.quantized_onnx(), work_dir=work_dir,
             info=compressed.facts.info or {}, cpus=cpus,
             export_cache=context.cache_root, device=resolve_target(point).device)

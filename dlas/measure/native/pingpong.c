@@ -113,10 +113,7 @@ typedef long long stream_vec __attribute__((vector_size(16)));
 static stream_vec stream_buf[STREAM_BYTES / sizeof(stream_vec)];
 static volatile long long stream_sink;
 
-double dlas_cache_stream_ns(int cpu, int passes) {
-  cpu_set_t saved;
-  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
-  if (!pin(cpu)) return -1.0;
+static double stream_ns(int passes) {
   const long n = STREAM_BYTES / sizeof(stream_vec);
   static int filled;
   if (!filled) { /* written once at run time, so the compiler cannot assume its content */
@@ -138,6 +135,84 @@ double dlas_cache_stream_ns(int cpu, int passes) {
     if (p > 0 && (best < 0 || ns < best)) best = ns;
   }
   stream_sink = acc[0] + acc[1];
+  return best;
+}
+
+double dlas_cache_stream_ns(int cpu, int passes) {
+  cpu_set_t saved;
+  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
+  if (!pin(cpu)) return -1.0;
+  double best = stream_ns(passes);
   pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   return best;
+}
+
+/* A whole placement reading in one call: `bursts` round trips of `iters` between
+ * cpu_a and cpu_b (rt_out[k], ns per round trip), then the cache reading of cpu_a by the
+ * caller and of cpu_b by the partner, in that order (cache_out[0], cache_out[1]; passes
+ * 0: not read). Returns `bursts`, or -1 / -2 as dlas_pingpong_ns.
+ *
+ * Why one call: on these VMs every wake of an idle vCPU costs about one 4 ms scheduler
+ * tick (the hypervisor), and a reading made of separate calls woke the other vCPU for
+ * each burst's partner thread, for each join and for each migration of the caller to
+ * read a cache: 12 ms a reading, two readings around every chunk, more than a small
+ * model's chunk itself. Here the partner is started once, reads its own CPU's cache, and
+ * the caller waits for it by spinning, not by joining: one wake per reading. */
+static _Atomic int turn __attribute__((aligned(64)));
+static _Atomic int done __attribute__((aligned(64)));
+
+struct prober { int cpu; long iters; int passes; double cache; };
+
+static void *prober_main(void *arg) {
+  struct prober *p = arg;
+  int ok = pin(p->cpu);
+  atomic_store_explicit(&ready, ok ? 1 : -1, memory_order_release);
+  if (!ok) return 0;
+  for (long i = 0; i < p->iters; i++) {
+    while (atomic_load_explicit(&flag, memory_order_acquire) != 1) {}
+    atomic_store_explicit(&flag, 0, memory_order_release);
+  }
+  while (atomic_load_explicit(&turn, memory_order_acquire) != 1) {}
+  p->cache = p->passes > 0 ? stream_ns(p->passes) : -1.0;
+  atomic_store_explicit(&done, 1, memory_order_release); /* its last touch of *p */
+  return 0;
+}
+
+int dlas_probe_ns(int cpu_a, int cpu_b, long iters, int bursts, int passes,
+                  double *rt_out, double *cache_out) {
+  cpu_set_t saved;
+  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
+  if (!pin(cpu_a)) return -1;
+  atomic_store(&flag, 0);
+  atomic_store(&ready, 0);
+  atomic_store(&turn, 0);
+  atomic_store(&done, 0);
+  struct prober p = {cpu_b, iters * bursts, passes, -1.0};
+  pthread_t t;
+  if (pthread_create(&t, 0, prober_main, &p) != 0) {
+    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+    return -2;
+  }
+  pthread_detach(t);
+  while (atomic_load_explicit(&ready, memory_order_acquire) == 0) {}
+  if (atomic_load(&ready) < 0) {
+    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+    return -1;
+  }
+  for (int k = 0; k < bursts; k++) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < iters; i++) {
+      atomic_store_explicit(&flag, 1, memory_order_release);
+      while (atomic_load_explicit(&flag, memory_order_acquire) != 0) {}
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    rt_out[k] = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)iters;
+  }
+  cache_out[0] = passes > 0 ? stream_ns(passes) : -1.0;
+  atomic_store_explicit(&turn, 1, memory_order_release);
+  while (atomic_load_explicit(&done, memory_order_acquire) == 0) {}
+  cache_out[1] = p.cache;
+  pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
+  return bursts;
 }
