@@ -19,55 +19,11 @@
 static _Atomic int flag __attribute__((aligned(64)));
 static _Atomic int ready __attribute__((aligned(64)));
 
-struct partner { int cpu; long iters; int ok; };
-
 static int pin(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
-
-static void *partner_main(void *arg) {
-  struct partner *p = arg;
-  p->ok = pin(p->cpu);
-  atomic_store_explicit(&ready, p->ok ? 1 : -1, memory_order_release);
-  if (!p->ok) return 0;
-  for (long i = 0; i < p->iters; i++) {
-    while (atomic_load_explicit(&flag, memory_order_acquire) != 1) {}
-    atomic_store_explicit(&flag, 0, memory_order_release);
-  }
-  return 0;
-}
-
-double dlas_pingpong_ns(int cpu_a, int cpu_b, long iters) {
-  cpu_set_t saved;
-  pthread_getaffinity_np(pthread_self(), sizeof saved, &saved);
-  if (!pin(cpu_a)) return -1.0;
-  atomic_store(&flag, 0);
-  atomic_store(&ready, 0);
-  struct partner p = {cpu_b, iters, 0};
-  pthread_t t;
-  if (pthread_create(&t, 0, partner_main, &p) != 0) {
-    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
-    return -2.0;
-  }
-  while (atomic_load_explicit(&ready, memory_order_acquire) == 0) {}
-  if (atomic_load(&ready) < 0) {
-    pthread_join(t, 0);
-    pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
-    return -1.0;
-  }
-  struct timespec a, b;
-  clock_gettime(CLOCK_MONOTONIC, &a);
-  for (long i = 0; i < iters; i++) {
-    atomic_store_explicit(&flag, 1, memory_order_release);
-    while (atomic_load_explicit(&flag, memory_order_acquire) != 0) {}
-  }
-  clock_gettime(CLOCK_MONOTONIC, &b);
-  pthread_join(t, 0);
-  pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
-  return ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)iters;
 }
 
 /* Compute speed on two CPUs at once: each of two threads, pinned to cpu_a and cpu_b,
@@ -150,7 +106,7 @@ double dlas_cache_stream_ns(int cpu, int passes) {
 /* A whole placement reading in one call: `bursts` round trips of `iters` between
  * cpu_a and cpu_b (rt_out[k], ns per round trip), then the cache reading of cpu_a by the
  * caller and of cpu_b by the partner, in that order (cache_out[0], cache_out[1]; passes
- * 0: not read). Returns `bursts`, or -1 / -2 as dlas_pingpong_ns.
+ * 0: not read). Returns `bursts`, or -1 / -2 (the file's head).
  *
  * Why one call: on these VMs every wake of an idle vCPU costs about one 4 ms scheduler
  * tick (the hypervisor), and a reading made of separate calls woke the other vCPU for
@@ -215,4 +171,11 @@ int dlas_probe_ns(int cpu_a, int cpu_b, long iters, int bursts, int passes,
   cache_out[1] = p.cache;
   pthread_setaffinity_np(pthread_self(), sizeof saved, &saved);
   return bursts;
+}
+
+/* One burst of `iters` round trips, no cache reading; -1 / -2 as the file's head says. */
+double dlas_pingpong_ns(int cpu_a, int cpu_b, long iters) {
+  double rt, cache[2];
+  int done = dlas_probe_ns(cpu_a, cpu_b, iters, 1, 0, &rt, cache);
+  return done == 1 ? rt : (double)done;
 }
