@@ -21,8 +21,14 @@ vCPU placement (|log ratio| median / worst) and the coverage of each kind of int
 
 Every figure is the row's own rule (`dlas.results.latency`, `dlas.results.reproducibility`).
 
+`--against CHECKOUT` measures a change as the benchmarks' rule asks, against the previous
+code path in the same run: its invocations alternate with this checkout's (this one, then
+the other, and again), each set reported on its own, with the ratio of their wall times.
+On hosts whose state moves over minutes (the Zen 4 of docs/timing.md), sets taken an hour
+apart say more about the hour than about the code.
+
     python benchmarks/independent.py --from WORKSPACE [--config C] [--invocations 4]
-                                     [--passes 3] [--out DIR]
+                                     [--passes 3] [--out DIR] [--against CHECKOUT]
     python benchmarks/independent.py --analyse DIR [DIR ...] [--rounds-per-pass K]
 """
 
@@ -83,13 +89,13 @@ def fresh_copy(source: Path, dest: Path) -> None:
         shutil.rmtree(dest / "cache" / name, ignore_errors=True)
 
 
-def invoke(config: str, workspace: Path, passes: int | None) -> float:
-    """Run the sweep in `workspace`; its wall time (s)."""
+def invoke(config: str, workspace: Path, passes: int | None, root: Path = ROOT) -> float:
+    """Run the sweep in `workspace` with the dlas of checkout `root`; its wall time (s)."""
     cmd = [sys.executable, "-m", "dlas.cli", "run", config, "--workspace", str(workspace),
            "--no-progress", *(["--passes", str(passes)] if passes else [])]
     t0 = time.time()
     with (workspace.parent / f"{workspace.name}.log").open("w") as log:
-        done = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        done = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}); see {log.name}")
     return time.time() - t0
@@ -270,6 +276,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/dlas-bench-independent"))
     parser.add_argument("--analyse", nargs="+", type=Path, default=None,
                         help="only analyse these workspaces (earlier invocations)")
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another checkout (the previous code path, e.g. a git worktree): "
+                             "its invocations alternate with this one's, each set reported "
+                             "on its own, so both meet the same hour of the machine")
     parser.add_argument("--rounds-per-pass", type=int, default=None,
                         help="with --analyse: each timing run cut to its first K rounds, "
                              "as if passes of K rounds had been taken")
@@ -280,14 +290,23 @@ def main() -> None:
     if args.source is None:
         parser.error("--from WORKSPACE (a finished sweep of --config) or --analyse DIRS")
     args.out.mkdir(parents=True, exist_ok=True)
-    walls, done = [], []
+    sides = {"invocation": ROOT, **({"against": args.against.resolve()} if args.against else {})}
+    walls: dict[str, list[float]] = {name: [] for name in sides}
+    done: dict[str, list[Invocation]] = {name: [] for name in sides}
     for i in range(args.invocations):
-        ws = args.out / f"invocation{i + 1}"
-        fresh_copy(args.source, ws)
-        walls.append(invoke(args.config, ws, args.passes))
-        done.append(load(ws))
-        print(f"invocation {i + 1}: {walls[-1]:.0f} s", flush=True)
-    report(done, walls)
+        for name, root in sides.items():  # alternated: a spell of the machine hits both
+            ws = args.out / f"{name}{i + 1}"
+            fresh_copy(args.source, ws)
+            walls[name].append(invoke(args.config, ws, args.passes, root))
+            done[name].append(load(ws))
+            print(f"{name} {i + 1} ({root}): {walls[name][-1]:.0f} s", flush=True)
+    for name, root in sides.items():
+        if args.against:
+            print(f"\n=== {root}")
+        report(done[name], walls[name])
+    if args.against:
+        ratio = np.median(walls["invocation"]) / np.median(walls["against"])
+        print(f"\nwall time, this checkout over {args.against}: x{ratio:.2f} (medians)")
 
 
 if __name__ == "__main__":
