@@ -75,11 +75,11 @@ def stored_chunks(db: Path, source: str) -> list[dict]:
 
 def confirmed_runs(runs: dict[str, list[dict]], limit: dict[str, list[float]]) -> set[str]:
     """The runs whose limit-flagged chunks ran slower than their variants' others in the
-    same placement (`dlas.measure.contention.flagged_slowdown`): the ones where dlas keeps
-    the flags."""
+    same placement: the ones where dlas keeps the flags (`dlas.measure.contention.confirm`,
+    the rule itself, which also lifts a run's flags when every chunk is flagged)."""
     from types import SimpleNamespace
 
-    from dlas.measure.contention import CONFIRM_MIN_CHUNKS, CONFIRM_SLOWDOWN, flagged_slowdown
+    from dlas.measure.contention import confirm
 
     keep = set()
     for run, members in runs.items():
@@ -87,8 +87,8 @@ def confirmed_runs(runs: dict[str, list[dict]], limit: dict[str, list[float]]) -
                  for c in members]
         pairs = [(c["key"], SimpleNamespace(state=c["state"], samples_s=[c["ms"]]))
                  for c in members]
-        slowdown, compared = flagged_slowdown(pairs, flags)  # type: ignore[arg-type]
-        if slowdown is None or compared < CONFIRM_MIN_CHUNKS or slowdown >= CONFIRM_SLOWDOWN:
+        _, ignored, _ = confirm(pairs, flags, flagged_by="", every="every chunk")  # type: ignore[arg-type]
+        if ignored is None:
             keep.add(run)
     return keep
 

@@ -133,6 +133,27 @@ def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence
     return (float(np.median(ratios)) if ratios else None), len(ratios)
 
 
+def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *,
+            flagged_by: str, every: str, why: str = ""
+            ) -> tuple[list[bool], str | None, float | None]:
+    """A run's flags as they stand, why they were lifted (None: they stand) and the
+    flagged chunks' slowdown (`flagged_slowdown`). Every flag is lifted when every chunk
+    is flagged (`every`: the signal then says nothing useful), or when the flagged chunks
+    ran less than `CONFIRM_SLOWDOWN` of their variants' others: a run's flags stand or
+    fall together. The one confirmation of every chunk signal (cache readings here, round
+    trips in `dlas.measure.round_trip`)."""
+    slowdown, compared = flagged_slowdown(chunks, flags)
+    ignored: str | None = None
+    if flags and all(flags):
+        ignored = every
+    elif (slowdown is not None and compared >= CONFIRM_MIN_CHUNKS
+          and slowdown < CONFIRM_SLOWDOWN):
+        ignored = (f"the {sum(flags)} chunks {flagged_by} ran x{slowdown:.3f} of their "
+                   f"variants' others in the same placement (median of {compared}): not "
+                   f"slowed{why}")
+    return ([False] * len(flags) if ignored else list(flags)), ignored, slowdown
+
+
 class ContentionJudge:
     """The usual cache reading of each CPU, learned over a run, and the verdict on each
     chunk against it."""
@@ -173,19 +194,10 @@ class ContentionJudge:
         flagged chunks ran no slower than their variants' others (`CONFIRM_SLOWDOWN`)."""
         limits = self.limits()
         judged = [(s, c) for s, c in chunks if c.state and c.state not in UNUSABLE]
-        flags = [self.contended(c.cache_ns, limits) for _, c in judged]
-        ignored: str | None = None
-        slowdown, compared = flagged_slowdown(judged, flags)
-        if flags and all(flags):
-            ignored = "every chunk read as contended"
-        elif (slowdown is not None and compared >= CONFIRM_MIN_CHUNKS
-              and slowdown < CONFIRM_SLOWDOWN):
-            ignored = (f"the {sum(flags)} chunks the cache readings flagged ran x"
-                       f"{slowdown:.3f} of their variants' others in the same placement "
-                       f"(median of {compared}): not slowed, so the readings are not "
-                       "telling disturbed chunks apart here")
-        if ignored:
-            flags = [False] * len(flags)
+        flags, ignored, slowdown = confirm(
+            judged, [self.contended(c.cache_ns, limits) for _, c in judged],
+            flagged_by="the cache readings flagged", every="every chunk read as contended",
+            why=", so the readings are not telling disturbed chunks apart here")
         for (_, chunk), contended in zip(judged, flags, strict=True):
             chunk.placement = CONTENDED if contended else chunk.state
         return Verdict(sum(flags), ignored, slowdown)

@@ -217,7 +217,7 @@ class PlacementProbe:
     `cpus`: those CPUs, the first being where the calling (master) thread runs. With one
     CPU there is nothing to probe (`SINGLE`). `reader(a, b)`, one burst's round trip,
     replaces the ping-pong in tests; without it a reading's bursts come from one native
-    call (`round_trip_bursts_ns`).
+    call (`probe_ns`).
     """
 
     def __init__(self, cpus: Sequence[int], *, bursts: int = BURSTS,

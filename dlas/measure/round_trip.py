@@ -16,7 +16,7 @@ So each chunk's round trip, read before and after it, is compared with its place
 usual round trip in this run (the 10th percentile of its readings so far): a chunk whose
 slower reading exceeds `ROUND_TRIP_FACTOR` x that is flagged. As with the cache readings,
 the flags must be confirmed by the chunks they flag (`dlas.measure.contention.
-flagged_slowdown`): where the flagged chunks ran no slower than their variants' others in
+confirm`): where the flagged chunks ran no slower than their variants' others in
 the same placement, this host's round trips are not telling states apart in this run and
 every flag is lifted. Where they stand, the chunks are labelled `SLOW_ROUND_TRIP`: kept
 with their readings, not used, and the run takes more rounds (within its placement
@@ -36,12 +36,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dlas.measure.contention import (
-    CONFIRM_MIN_CHUNKS,
-    CONFIRM_SLOWDOWN,
-    CONTENTION_MIN_READINGS,
-    flagged_slowdown,
-)
+from dlas.measure.contention import CONTENTION_MIN_READINGS, confirm
 from dlas.measure.placement import FAR, NEAR
 
 #: A chunk whose slower round trip (before or after it) exceeds this many times its
@@ -102,23 +97,17 @@ class RoundTripJudge:
         slower than their variants' others (`CONFIRM_SLOWDOWN`): the run's flags stand or
         fall together."""
         usual = self.usual([c for _, c in chunks])
-        flags = []
-        for _, chunk in chunks:
-            slower = _slower(chunk)
-            limit = usual.get(chunk.state)
-            flags.append(limit is not None and slower is not None
-                         and slower > ROUND_TRIP_FACTOR * limit)
-        slowdown, compared = flagged_slowdown(chunks, flags)
-        judged = [chunk.state in usual for _, chunk in chunks]
-        ignored: str | None = None
-        if any(judged) and all(f for f, j in zip(flags, judged, strict=True) if j):
-            ignored = "every chunk's round trip read as slow"
-        elif (slowdown is not None and compared >= CONFIRM_MIN_CHUNKS
-              and slowdown < CONFIRM_SLOWDOWN):
-            ignored = (f"the {sum(flags)} chunks with slow round trips ran x{slowdown:.3f} "
-                       f"of their variants' others in the same placement (median of "
-                       f"{compared}): not slowed")
-        if ignored:
-            flags = [False] * len(flags)
+        judged = [i for i, (_, c) in enumerate(chunks) if c.state in usual]
+        slow = []
+        for i in judged:
+            slower = _slower(chunks[i][1])
+            slow.append(slower is not None
+                        and slower > ROUND_TRIP_FACTOR * usual[chunks[i][1].state])
+        kept, ignored, slowdown = confirm(
+            [chunks[i] for i in judged], slow, flagged_by="with slow round trips",
+            every="every chunk's round trip read as slow")
+        flags = [False] * len(chunks)
+        for i, flag in zip(judged, kept, strict=True):
+            flags[i] = flag
         return flags, RoundTripVerdict(sum(flags), ignored, slowdown,
                                        {s: round(v, 1) for s, v in usual.items()})
