@@ -24,7 +24,7 @@ import json
 import sqlite3
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +46,6 @@ class StoredChunk:
     point: str = ""
     runtime: str = ""
     model: str = ""
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def stored_runs(db: Path) -> dict[str, list[StoredChunk]]:

@@ -176,6 +176,6 @@ int dlas_probe_ns(int cpu_a, int cpu_b, long iters, int bursts, int passes,
 /* One burst of `iters` round trips, no cache reading; -1 / -2 as the file's head says. */
 double dlas_pingpong_ns(int cpu_a, int cpu_b, long iters) {
   double rt, cache[2];
-  int done = dlas_probe_ns(cpu_a, cpu_b, iters, 1, 0, &rt, cache);
-  return done == 1 ? rt : (double)done;
+  int got = dlas_probe_ns(cpu_a, cpu_b, iters, 1, 0, &rt, cache);
+  return got == 1 ? rt : (double)got;
 }
