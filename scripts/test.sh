@@ -2,7 +2,7 @@
 # Set up the environment and run the whole test suite (slow end-to-end tests included).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh tests
 # qemu-user lets the int8 tests run ONNX Runtime on an emulated x86 CPU without VNNI
 # (tests/test_quantization.py), so both int8 code paths are exercised on any machine.
 if ! command -v qemu-x86_64 >/dev/null && command -v apt-get >/dev/null \
