@@ -29,10 +29,11 @@ if [ ! -f "$stamp" ]; then
       && "$VENV/bin/python" scripts/pip_sources.py > "$VENV/.uv-sources" \
       && mapfile -d '' SOURCES < "$VENV/.uv-sources" \
       && "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${SOURCES[@]}" \
-           "setuptools>=64" wheel "torch==2.13.0" -e ".[test]"; then
+           "setuptools>=64" wheel "torch==2.13.0" -e ".[test]" > "$VENV/uv-install.log" 2>&1
+  then
     :
   else
-    echo "uv could not install; installing with pip ..."
+    echo "uv could not install (why: $VENV/uv-install.log); installing with pip ..."
     "$VENV/bin/python" -m pip install "${PIP[@]}" "setuptools>=64" wheel 2>&1 | quiet
     "$VENV/bin/python" -m pip install "${PIP[@]}" "torch==2.13.0" 2>&1 | quiet
     "$VENV/bin/python" -m pip install "${PIP[@]}" -e ".[test]" 2>&1 | quiet
