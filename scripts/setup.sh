@@ -25,7 +25,9 @@ if [ ! -f "$stamp" ]; then
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
   # uv installs the same pins from the same sources as pip (scripts/pip_sources.py) in about
   # a tenth of the time (44 s -> 5 s on a 2-vCPU Zen 4); pip does it where uv cannot.
-  if "$VENV/bin/python" -m pip install "${PIP[@]}" uv 2>&1 | quiet \
+  # (uv's own wheel: asked for briefly, so that a machine without a network reaches pip's
+  # path in seconds)
+  if "$VENV/bin/python" -m pip install "${PIP[@]}" --retries 1 --timeout 15 uv 2>&1 | quiet \
       && "$VENV/bin/python" scripts/pip_sources.py > "$VENV/.uv-sources" \
       && mapfile -d '' SOURCES < "$VENV/.uv-sources" \
       && "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${SOURCES[@]}" \
