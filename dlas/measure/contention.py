@@ -1,8 +1,9 @@
 """Contention: whether something else used a measurement CPU's core caches while a chunk
 was timed (most likely another guest on its SMT sibling).
 
-Each chunk is preceded by a cache reading per CPU (`dlas.measure.placement.cache_stream_ns`,
-ns per KiB streamed). A CPU's usual reading is its 10th percentile over the run so far.
+Each chunk is preceded by a cache reading per CPU (ns per KiB streamed, as
+`dlas.measure.placement.cache_stream_ns` reads it; taken inside the placement reading's one
+native call, `probe_ns`). A CPU's usual reading is its 10th percentile over the run so far.
 A chunk is labelled `CONTENDED`, and not used, when its reading before it exceeds the CPU's
 limit: `CONTENTION_FACTOR` x the usual reading, or the run's median reading plus
 `CONTENTION_SPREADS` robust standard deviations (1.4826 x the median absolute deviation)
