@@ -243,7 +243,7 @@ def test_plan_table_fits_120(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
                      "--workspace", str(tmp_path)]) == 0
     lines = _lines(out)
     assert all(len(line) <= 120 for line in lines), max(lines, key=len)
-    assert lines[1] == "every point: datasets digits; targets host"
+    assert lines[1] == "every point: datasets digits(image_size=16); targets host"
     body = _body(lines, 35)
     assert [int(line.split()[0]) for line in body] == list(range(1, 36))
     assert any("direct(layout=NCHWc)" in line for line in body)

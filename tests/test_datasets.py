@@ -241,3 +241,18 @@ def test_imagenet_unsorted_val_folder_is_explained(tmp_path: Path) -> None:
     (val / "ILSVRC2012_val_00000001.JPEG").write_bytes(b"not sorted yet")
     with pytest.raises(DatasetNotFoundError, match="not sorted into class folders"):
         load_imagenet(tmp_path)
+
+
+def test_digits_option_upsamples_to_its_image_size() -> None:
+    """`image_size` reaches the bundle (what the models are built for) and the images; the
+    option refuses sizes outside 8-32 at config load."""
+    from pydantic import ValidationError
+
+    from dlas import registry
+
+    option = registry.get("datasets", "digits")
+    bundle = option.fn(option.parse_params({"image_size": 16}))
+    assert bundle.input_shape == (3, 16, 16)
+    assert bundle.train[0][0].shape == (3, 16, 16)
+    with pytest.raises(ValidationError):
+        option.parse_params({"image_size": 4})

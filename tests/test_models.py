@@ -101,8 +101,26 @@ def test_cifar_options_reject_imagenet_sized_input() -> None:
         model = registry.create("models", name, {"width_multiplier": 0.25}, num_classes=10,
                                 input_shape=INPUT)
         assert isinstance(model, nn.Module)
-        with pytest.raises(ValueError, match="CIFAR model, built for 3x32x32"):
+        with pytest.raises(ValueError, match="CIFAR model, built for 3-channel images"):
             registry.create("models", name, num_classes=1000, input_shape=IMAGENET_INPUT)
+
+
+def test_cifar_options_take_smaller_images_down_to_their_downsampling() -> None:
+    """Digits at 16x16 (the quickstart's) run every CIFAR model but VGG-16, whose fifth
+    max-pool needs 32; below a model's total downsampling, or grey images, the option says
+    which sizes it takes."""
+    from dlas.models.options import CIFAR_MIN_SIDE
+
+    for name in CIFAR:
+        least = CIFAR_MIN_SIDE[name]
+        model = registry.create("models", name, {"width_multiplier": 0.25}, num_classes=10,
+                                input_shape=(3, least, least))
+        with torch.no_grad():
+            assert model.eval()(torch.zeros(1, 3, least, least)).shape == (1, 10)
+        with pytest.raises(ValueError, match=f"of {least}x{least} to 32x32"):
+            registry.create("models", name, num_classes=10, input_shape=(3, least // 2, least))
+        with pytest.raises(ValueError, match="3-channel"):
+            registry.create("models", name, num_classes=10, input_shape=(1, 32, 32))
 
 
 # --- the MAC counter ------------------------------------------------------------------

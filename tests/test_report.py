@@ -376,6 +376,18 @@ def test_report_marks_a_stand_in_dataset(tmp_path: Path) -> None:
                                                                algorithm="gemm", ms=3.0)])
     md = build_report(db, tmp_path / "out").markdown.read_text()
     assert "STAND-IN DATASET" in md and "digits" in md
+    assert "instead of 32x32" not in md  # CIFAR's 32x32: the stand-in's own sentence holds
+
+
+def test_report_says_a_resized_stand_in_is_not_the_papers_work(tmp_path: Path) -> None:
+    """The quickstart's digits at 16x16: the stand-in sentence ("the input shape ... is
+    the same as CIFAR-10's") is followed by what this sweep ran instead."""
+    small = row(dataset="digits")
+    small["config"]["choices"]["datasets"]["params"] = {"image_size": 16}
+    db = make_db(tmp_path / "r.db", [small, row(dataset="digits", algorithm="gemm")])
+    md = build_report(db, tmp_path / "out").markdown.read_text()
+    assert "digits was upsampled to 16x16 instead of 32x32" in md
+    assert "not with the paper's" in md
 
 
 def test_cli_report_and_errors(report_db: Path, tmp_path: Path,

@@ -15,15 +15,20 @@ if TYPE_CHECKING:
 class DigitsParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
     test_fraction: float = Field(0.2, gt=0, lt=1, description="held-out test share")
+    image_size: int = Field(
+        32, ge=8, le=32,
+        description="side the 8x8 images are upsampled to (CIFAR's 32 by default; 16 holds "
+                    "the same information and makes training and timing about 4x cheaper)")
 
 
 @register("datasets", "digits", params=DigitsParams,
-          description="scikit-learn digits (offline), upsampled to 3x32x32 so CIFAR models "
-                      "run unchanged")
+          description="scikit-learn digits (offline), upsampled to 3x32x32 (image_size) so "
+                      "CIFAR models run unchanged")
 def digits(params: DigitsParams, seed: int = 0) -> DatasetBundle:
     from dlas.datasets.digits import load_digits
 
-    return load_digits(test_fraction=params.test_fraction, seed=seed)
+    return load_digits(test_fraction=params.test_fraction, seed=seed,
+                       image_size=params.image_size)
 
 
 class Cifar10Params(BaseModel):

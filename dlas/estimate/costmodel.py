@@ -30,6 +30,14 @@ DATA_DEFAULT_S = 5.0
 #: out at about 23 minutes per epoch, 76 hours for the paper's 200 epochs.
 TRAIN_S_PER_CONV_IMAGE = 1.21e-4
 TRAIN_S_PER_MAC_IMAGE = 4.51e-11
+#: The per-conv term at CIFAR's 32x32 is part per-layer overhead (launches, autograd) and
+#: part memory-bound work over the activations (batch norm, ReLU: 36% and 8% of a
+#: MobileNetV2 step on Zen 3), which shrinks with the image. The share that does not: on
+#: 16x16 digits (Zen 4, 2026-11-29) 4 epochs took ResNet18-w0.5 9.2 s and MobileNetV2-w0.5
+#: 10.7 s, against 10.5 and 14.0 estimated with the whole term kept and 9.3 and 10.5 with
+#: 60% of it kept (the probes' readings of that run).
+CONV_FIXED_SHARE = 0.6
+CIFAR_PIXELS = 32 * 32
 #: An evaluation (forward only) costs about a third of a training step.
 FORWARD_SHARE = 1 / 3
 #: Model construction, optimizer and data loaders, saving.
@@ -65,15 +73,23 @@ COMPILE_LAYOUT_STRETCH = 1.2
 COMPILE_INT8_LAYOUT_STRETCH = 2.3
 
 # --- tuning (MetaSchedule) --------------------------------------------------------------
-#: Seconds per budgeted trial in dlas's pooled session (builds overlapped with runs;
-#: early stopping spends fewer trials than budgeted). Zen 3: 256 trials over
-#: ResNet18-w0.5's convs in 277 s (1.08 s). Zen 5, the `day` profile's six ResNet18-w0.5
-#: tuned points: 1305 s for 6 x 256 budgeted trials (0.85 s; 0.7 s per trial run for
-#: direct and gemm, 1.3 s for spatial pack, 2.9 s for CSR spatial pack). Raw
-#: `ms.tune_tir` with 2 builder workers: 4-9 s (DESIGN.md). It was 4.0 s, which put the
-#: `day` profile at 8 hours.
-TRIAL_S = 1.0
-#: A session's builder pool, task extraction, minimal and transferred candidates.
+#: Seconds per budgeted trial in dlas's pooled session at serial scale 1 (builds
+#: overlapped with runs; early stopping spends fewer trials than budgeted): a build and a
+#: run, plus the evolutionary search's share, which grows with the candidates it scores
+#: per measured trial (population / trials per round). Both are serial work and scale with
+#: the core (`serial_scale`). Fitted on two ends:
+#:   the quickstart's tuned point (population 64, 32 per round: 2 per trial): 64 trials in
+#:   21 s after its fixed part on a Zen 4 at scale 0.37-0.45 (0.83-0.89 s a trial at scale
+#:   1; the Zen 3's 70-74 s for the same point fit it at scale about 1);
+#:   the `day` profile (MetaSchedule's 512 and 64: 8 per trial): 0.85 s per budgeted trial
+#:   on a Zen 5 at scale 0.41 (2.07 s at scale 1; 0.7 s a trial for direct and GEMM, 1.3 s
+#:   spatial pack, 2.9 s CSR spatial pack).
+#: One constant per trial, unscaled (1.0 s), read the quickstart's point 2.3x over on the
+#: Zen 4; scaled, it read the `day` profile 1.75x under on the Zen 5.
+TRIAL_BUILD_S = 0.47
+TRIAL_SEARCH_S = 0.2
+#: A session's builder pool, task extraction, minimal and transferred candidates (8.8 s of
+#: measuring the minimal schedules of 15 tasks on the Zen 4: builds, but mostly timing).
 TUNING_FIXED_S = 10.0
 
 # --- measure and baselines: verify, then time ----------------------------------------------
@@ -112,7 +128,8 @@ def _per_image(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.
     `bf16_speedup`: the constants were fitted in float32, and bf16 autocast sped the
     per-layer work as much as the big convs' (a step of MobileNetV2-w0.5, mostly per-layer
     work in this model, 1.73x; of ResNet18-w0.5, mostly MACs, 1.48x: Zen 4)."""
-    step = (TRAIN_S_PER_CONV_IMAGE * work.convs * serial_scale
+    activations = CONV_FIXED_SHARE + (1 - CONV_FIXED_SHARE) * work.input_pixels / CIFAR_PIXELS
+    step = (TRAIN_S_PER_CONV_IMAGE * work.convs * activations * serial_scale
             + TRAIN_S_PER_MAC_IMAGE * work.macs * mac_scale)
     return step / bf16_speedup if work.fit_precision == "bfloat16" else step
 
@@ -139,11 +156,19 @@ def components(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.
         return {"compress": fixed + evaluate + finetune + work.levels * evaluate}
     if work.stage == "measure":  # its fixed part waits; its runs compute
         return {"measure": MEASURE_FIXED_S + work.runs * _latency(work) * serial_scale}
-    # a trial's seconds were fitted on the fast core (Zen 5) and hardly move with the
-    # core (Zen 3 1.08 s, Zen 5 0.85 s, where serial code runs 2.4x apart): they are
-    # the builder pool's and the runner's fixed waits more than computation
-    return {part: seconds if part == "tuning" else seconds * serial_scale
-            for part, seconds in _serial(work).items()}
+    parts = {part: seconds * serial_scale for part, seconds in _serial(work).items()}
+    if work.stage == "compile":  # its fixed part is mostly timing the minimal candidates
+        parts["tuning"] = _tuning(work, serial_scale)
+    return parts
+
+
+def _tuning(work: StageWork, serial_scale: float = 1.0) -> float:
+    """A tuned compile's search: the session's fixed start, then each budgeted trial's
+    build, run and search share at this core's speed."""
+    if not work.trials:
+        return 0.0
+    trial = TRIAL_BUILD_S + TRIAL_SEARCH_S * work.search_per_trial
+    return TUNING_FIXED_S + trial * work.trials * serial_scale
 
 
 def _compile_per_conv(work: StageWork) -> float:
@@ -163,9 +188,8 @@ def _serial(work: StageWork) -> dict[str, float]:
     if work.stage == "import":
         return {"import": IMPORT_FIXED_S + IMPORT_S_PER_CONV * work.convs}
     if work.stage == "compile":
-        tuning = TUNING_FIXED_S + TRIAL_S * work.trials if work.trials else 0.0
         return {"compile": COMPILE_FIXED_S + _compile_per_conv(work) * work.convs,
-                "tuning": tuning}
+                "tuning": _tuning(work)}
     if work.stage == "baseline":
         return {"baseline": BASELINE_FIXED_S + work.runs * work.macs / MACS_PER_S}
     raise ValueError(f"no cost model for stage '{work.stage}'")

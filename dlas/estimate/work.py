@@ -37,6 +37,19 @@ IMAGENET_TAG = "imagenet"
 CIFAR_SHAPE, CIFAR_CLASSES = (3, 32, 32), 10
 IMAGENET_SHAPE, IMAGENET_CLASSES = (3, 224, 224), 1000
 
+
+def dataset_input(point: Point) -> tuple[tuple[int, int, int], int]:
+    """The input shape and class count a point's dataset gives, without loading it:
+    ImageNet-tagged data is 3x224x224 in 1000 classes; the rest CIFAR's 3x32x32 in 10, or
+    3xSxS where the option has an `image_size` S (digits)."""
+    ds = point.datasets
+    if ds.name == "imagenet" or IMAGENET_TAG in ds.tags:
+        return IMAGENET_SHAPE, IMAGENET_CLASSES
+    side = getattr(ds.params, "image_size", None)
+    if isinstance(side, int):
+        return (3, side, side), CIFAR_CLASSES
+    return CIFAR_SHAPE, CIFAR_CLASSES
+
 try:  # the default budget of the metaschedule option when the sweep gives none
     from dlas.tuning.metaschedule.options import PAPER_TRIALS as DEFAULT_TRIALS
 except ImportError:  # pragma: no cover - moved; the paper's number
@@ -86,6 +99,11 @@ class StageWork:
     #: train, compress: the precision the fit runs in (`budgets.train_precision`, resolved
     #: for this CPU): bfloat16 steps cost `machine_speed.bf16_step_speedup` times less.
     fit_precision: str = "float32"
+    #: train, compress: pixels of one input image (H x W); CIFAR's 32 x 32 by default.
+    input_pixels: int = 1024
+    #: compile: candidates the tuner's evolutionary search scores per measured trial (the
+    #: population over the trials measured per round; MetaSchedule's 512 / 64 by default).
+    search_per_trial: float = 8.0
 
 
 def dataset_images(point: Point) -> tuple[int, int]:
@@ -100,7 +118,8 @@ def dataset_images(point: Point) -> tuple[int, int]:
 
 
 @functools.cache
-def _model_size(name: str, version: str, params_json: str, imagenet: bool) -> ModelSize:
+def _model_size(name: str, version: str, params_json: str,
+                shape: tuple[int, int, int], classes: int) -> ModelSize:
     """Build the model option (on the meta device when it allows: no memory, no compute)
     and count its MACs and convs; UNKNOWN_SIZE when it cannot be built here."""
     import torch
@@ -110,8 +129,6 @@ def _model_size(name: str, version: str, params_json: str, imagenet: bool) -> Mo
     from dlas.models.macs import count_macs
 
     option = registry.get("models", name)
-    shape, classes = (IMAGENET_SHAPE, IMAGENET_CLASSES) if imagenet else (CIFAR_SHAPE,
-                                                                          CIFAR_CLASSES)
     params = option.parse_params(json.loads(params_json))
     for device in ("meta", "cpu"):
         try:
@@ -126,9 +143,9 @@ def _model_size(name: str, version: str, params_json: str, imagenet: bool) -> Mo
 
 def model_size(point: Point) -> ModelSize:
     c = point.models
-    imagenet = point.datasets.name == "imagenet" or IMAGENET_TAG in point.datasets.tags
+    shape, classes = dataset_input(point)
     return _model_size(c.name, c.option.version, canonical_json(c.identity()["params"]),
-                       imagenet)
+                       shape, classes)
 
 
 def _compression_levels(point: Point) -> int:
@@ -185,7 +202,12 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
         levels = _compression_levels(point)
         epochs = b.finetune_epochs * b.data_fraction if levels else 0.0
     trials = 0
+    search_per_trial = 8.0
     if stage == "compile":
+        population = getattr(point.tuning.params, "population", None)
+        per_iter = getattr(point.tuning.params, "trials_per_iter", None)
+        if isinstance(population, int) and isinstance(per_iter, int) and per_iter > 0:
+            search_per_trial = population / per_iter
         tuning = facts.get("tuning")
         trials = (int(tuning.get("trials") or 0) if isinstance(tuning, dict)
                   else planned_trials(point, convs))
@@ -204,4 +226,10 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
         csr="csr" in point.algorithms.tags or point.algorithms.name.endswith("_csr"),
         int8=point.compression.name.startswith("int8"),
         vector_layout=getattr(point.algorithms.params, "layout", "NCHW") != "NCHW",
-        pretrained=is_pretrained(point), fit_precision=precision)
+        pretrained=is_pretrained(point), fit_precision=precision,
+        input_pixels=_pixels(point), search_per_trial=search_per_trial)
+
+
+def _pixels(point: Point) -> int:
+    shape, _ = dataset_input(point)
+    return int(shape[1] * shape[2])

@@ -112,11 +112,9 @@ def _model_layers(point: Any, context: PointContext, density: float
     import torch
     from torch import nn
 
-    from dlas.estimate.work import CIFAR_CLASSES, CIFAR_SHAPE, IMAGENET_CLASSES, IMAGENET_SHAPE
+    from dlas.estimate.work import dataset_input
 
-    imagenet = point.datasets.name == "imagenet" or "imagenet" in point.datasets.tags
-    shape, classes = (IMAGENET_SHAPE, IMAGENET_CLASSES) if imagenet else (CIFAR_SHAPE,
-                                                                          CIFAR_CLASSES)
+    shape, classes = dataset_input(point)
     option = point.models.option
     layers: list[LayerFeatures] = []
     activations = [0.0]

@@ -50,6 +50,8 @@ from dlas.report.tables import (
 _SIMD = ("sse4", "avx", "fma", "f16c", "vnni", "amx", "neon", "asimd", "sve", "dotprod")
 #: Evidence lines shown per observation part (the rest are counted, not printed).
 MAX_EVIDENCE = 12
+#: CIFAR-10's image side, which a stand-in dataset's rows match unless resized.
+CIFAR_SIDE = 32
 
 
 @dataclass
@@ -121,6 +123,15 @@ def _header(doc: Document, points: list[ReportPoint], db_path: Path, sweeps: lis
     for dataset in sorted({p.dataset for p in points}):
         if dataset in paper.stand_ins:
             lines.append(f"STAND-IN DATASET: {' '.join(paper.stand_ins[dataset].split())}")
+            sides = sorted({p.image_size for p in points if p.dataset == dataset
+                            and p.image_size is not None and p.image_size != CIFAR_SIDE})
+            if sides:
+                sizes = ", ".join(f"{s}x{s}" for s in sides)
+                lines.append(
+                    f"Here {dataset} was upsampled to {sizes} instead of {CIFAR_SIDE}x"
+                    f"{CIFAR_SIDE} (its image_size): a model's work per inference is smaller "
+                    "than on CIFAR-10, so times compare within this sweep, not with the "
+                    "paper's.")
     lines.append(
         f"{len(points)} points: {verified_ok} verified results, {status['failed']} failed, "
         f"{status['verification_failed']} failed verification, {status['not_runnable']} not "

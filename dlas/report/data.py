@@ -59,6 +59,11 @@ def option_name(row: ResultRow, layer: str, column: str) -> str | None:
     return str(label).split("(", 1)[0] if label else None
 
 
+def _image_size(choices: dict[str, Any]) -> int | None:
+    side = ((choices.get("datasets") or {}).get("params") or {}).get("image_size")
+    return side if isinstance(side, int) else None
+
+
 def requested_layout(row: ResultRow) -> str:
     """The layout as the sweep config names it (the algorithm's `layout` and `block`
     parameters): "NCHWc" when the block is left to the target's SIMD width, which differs
@@ -240,6 +245,9 @@ class ReportPoint:
     layout_choice: str = NCHW
     #: Numeric format of the convolutions (float32, float16, int8); None for old rows.
     precision: str | None = None
+    #: The side images were resized to where the dataset option has an `image_size`
+    #: (digits: 32 by default, the quickstart's 16); None where it has none.
+    image_size: int | None = None
 
     @property
     def runtime(self) -> str:
@@ -330,6 +338,7 @@ def point_from_row(row: ResultRow, runs: Iterable[TimingRun] = ()) -> ReportPoin
         sweep=str(row.sweep or ""),
         status=row.status,
         dataset=option_name(row, "datasets", "dataset") or "?",
+        image_size=_image_size(choices),
         model=option_name(row, "models", "model") or "?",
         model_label=str(row.model or "?"),
         compression=compression,
