@@ -79,8 +79,9 @@ COMPILE_INT8_LAYOUT_STRETCH = 2.3
 #: per measured trial (population / trials per round). Both are serial work and scale with
 #: the core (`serial_scale`). Fitted on two ends:
 #:   the quickstart's tuned point (population 64, 32 per round: 2 per trial): 64 trials in
-#:   21 s after its fixed part on a Zen 4 at scale 0.37-0.45 (0.83-0.89 s a trial at scale
-#:   1; the Zen 3's 70-74 s for the same point fit it at scale about 1);
+#:   21 s after its fixed part on a Zen 4 at scale 0.37-0.45 (0.83-0.89 s a trial at
+#:   scale 1; the Zen 3's 70-74 s for the same point fit it at a scale of about 1,
+#:   inferred from its serial stages: its probe was not read there);
 #:   the `day` profile (MetaSchedule's 512 and 64: 8 per trial): 0.85 s per budgeted trial
 #:   on a Zen 5 at scale 0.41 (2.07 s at scale 1; 0.7 s a trial for direct and GEMM, 1.3 s
 #:   spatial pack, 2.9 s CSR spatial pack).
