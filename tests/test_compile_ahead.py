@@ -78,10 +78,10 @@ def test_a_helper_that_dies_leaves_its_compile_to_the_run(
     monkeypatch.setenv("DLAS_COMPILE_AHEAD", "1")
     real_send = compile_ahead.CompileAhead._send
 
-    def send_then_die(self, helper, point, keys) -> None:  # noqa: ANN001
+    def send_then_die(self, helper, items) -> None:  # noqa: ANN001
         helper.proc.kill()
         helper.proc.wait()
-        real_send(self, helper, point, keys)
+        real_send(self, helper, items)
 
     monkeypatch.setattr(compile_ahead.CompileAhead, "_send", send_then_die)
     runner = Runner(Workspace(tmp_path, tmp_path / "cache"), progress=False,
@@ -175,3 +175,45 @@ class _NoCache:
 
     def has(self, stage: str, key: str) -> bool:
         return False
+
+
+def test_one_offer_lets_a_helper_take_every_free_compile_in_turn(tmp_path: Path) -> None:
+    """A helper walks the list it is handed, so it never idles while compiles are due:
+    with the executor busy elsewhere, one offer gets every due compile computed by the
+    helper, each once, except one the executor has claimed (left to it)."""
+    import io
+
+    from rich.console import Console
+
+    from dlas.runner.cache import Cache
+    from dlas.runner.claims import Claims
+    from dlas.runner.compile_ahead import CompileAhead
+    from dlas.runner.console import RunConsole
+    from dlas.runner.executor import StageExecutor
+    from dlas.runner.workspace import StageTally
+    from dlas.stages import stage_keys
+    from dlas.stages.base import StageEnv
+    from dlas.stages.compile import COMPILE
+    from dlas.stages.import_model import IMPORT
+    from dlas.sweep.grid import expand
+
+    points = [p for p in expand(parse_config(sweep_text())) if not p.is_baseline]
+    assert len(points) == 4
+    keys = [stage_keys(p) for p in points]
+    cache, locks = Cache(tmp_path / "cache"), tmp_path / "locks"
+    console = RunConsole(progress=False, console=Console(file=io.StringIO()))
+    claims = Claims(cache.root)
+    executor = StageExecutor(cache, StageEnv(tmp_path, console, False), StageTally(),
+                             claims=claims, machine=MachineLock(locks))
+    executor.facts(points[0], keys[0], IMPORT)  # one model: its variants share the import
+    mine = keys[1][COMPILE.name]
+    ahead = CompileAhead(cache, tmp_path, locks, 1)
+    try:
+        with claims.hold(COMPILE.name, mine):
+            ahead.offer(list(zip(points, keys, strict=True)))
+            ahead.drain()
+    finally:
+        ahead.close()
+    pids = computed_by(tmp_path / "cache", "compile")
+    assert set(pids) == {k[COMPILE.name] for k in keys} - {mine}
+    assert os.getpid() not in pids.values() and len(set(pids.values())) == 1
