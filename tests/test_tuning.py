@@ -67,10 +67,25 @@ def _check_outputs(model: nn.Module, executable: Path) -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["gemm"])
-def test_dense_conv_tuned_correct_and_reused(algorithm: str, tmp_path: Path) -> None:
+def test_dense_conv_tuned_correct_and_reused(algorithm: str, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dense point tunes, computes the model's function and is reused; its minimal
+    candidates and its session share one runner worker (a process importing TVM), made
+    once per point."""
+    from dlas.tuning.metaschedule import tune as tune_module
+
+    made: list[object] = []
+    real_make_runner = tune_module.make_runner
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        made.append(args)
+        return real_make_runner(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "make_runner", counting)
     model = _model()
     imp = import_torch_model(model, SHAPE)
     hook, result = _tune(imp, algorithm, tmp_path / "tuning", tmp_path / "a")
+    assert len(made) == 1
     summary = hook.report.summary()
     conv = [t for t in summary["per_task"] if "conv2d" in t["task"]]
     assert conv and conv[0]["outcome"] == "tuned" and conv[0]["kind"] == "dense"

@@ -16,6 +16,7 @@ per point and the schedules are applied from that same reading.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import tempfile
 import time
@@ -177,6 +178,7 @@ class MetaScheduleHook:
         #: with other spaces; tests use a space whose samples lose to the minimal one).
         self.space_for: Callable[[Task], Any] | None = None
         self._shared_runner: ms.runner.Runner | None = None
+        self._runner_starting: concurrent.futures.Future[ms.runner.Runner] | None = None
         self._pooled_builder: PooledBuilder | RayBuilder | None = None
 
     def _builder(self) -> PooledBuilder | RayBuilder:
@@ -237,6 +239,8 @@ class MetaScheduleHook:
         changing = {id(job) for job in transfer_todo}
         changing |= {id(job) for job in jobs} if by_time else {
             id(job) for plan in sessions for job in plan.reached}
+        if jobs or transfer_todo:
+            self._start_local_runner()
         minimal = self._minimals(db, [task for _, task, _ in reused] + [
             job.task for job in jobs if id(job) in changing], target)
         for job in jobs:  # a task not measured here keeps what an earlier point measured
@@ -308,12 +312,33 @@ class MetaScheduleHook:
         if values and self.target.rpc is not None:
             return make_runner(self.target, s.timeouts, RealArguments(values),
                                s.runner_repeat, s.runner_number)
-        if self._shared_runner is None:
-            self._shared_runner = make_runner(self.target, s.timeouts, None,
-                                              s.runner_repeat, s.runner_number)
+        shared = self._local_runner()
         if not values:
-            return self._shared_runner
-        return ArgumentsRunner(self._shared_runner, RealArguments(values))
+            return shared
+        return ArgumentsRunner(shared, RealArguments(values))
+
+    def _start_local_runner(self) -> None:
+        """Start the point's shared runner in the background: its worker is a process that
+        imports TVM (2.3 s on a Zen 4, 4-5 s on a Zen 3), which used to start only once
+        the minimal candidates were built, after the builder pool's own start."""
+        if self._shared_runner is not None or self._runner_starting is not None:
+            return
+        s = self.settings
+        pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dlas-runner")
+        self._runner_starting = pool.submit(make_runner, self.target, s.timeouts, None,
+                                            s.runner_repeat, s.runner_number)
+        pool.shutdown(wait=False)
+
+    def _local_runner(self) -> ms.runner.Runner:
+        """The point's one runner for candidates without real arguments (started by
+        `_start_local_runner`, or here): the minimal, transferred and searched candidates
+        of every task share its worker."""
+        if self._shared_runner is None:
+            starting, self._runner_starting = self._runner_starting, None
+            s = self.settings
+            self._shared_runner = (starting.result() if starting is not None else make_runner(
+                self.target, s.timeouts, None, s.runner_repeat, s.runner_number))
+        return self._shared_runner
 
     def _transfer_todo(self, db: TuningDatabase, jobs: list[TuningJob]) -> list[TuningJob]:
         """The tasks transfer-tuning has something to offer: not yet offered, and with a
@@ -472,9 +497,14 @@ class MetaScheduleHook:
                     max_trials_per_task=max(job.need for job in jobs),
                     num_trials_per_iter=per_iter,
                     builder=self._builder(),
-                    runner=make_runner(self.target, s.timeouts,
-                                       alloc if alloc.by_signature else None,
-                                       s.runner_repeat, s.runner_number),
+                    # the point's runner worker when no task needs real arguments; a
+                    # session's runs overlap its builds, so a borrowed allocator
+                    # (`ArgumentsRunner`) would not be safe: CSR tasks get their own
+                    runner=(make_runner(self.target, s.timeouts,
+                                        alloc if alloc.by_signature else None,
+                                        s.runner_repeat, s.runner_number)
+                            if alloc.by_signature or self.target.rpc is not None
+                            else self._local_runner()),
                     database=db.database, cost_model=s.cost_model,
                     measure_callbacks=callbacks,
                     task_scheduler=ms.task_scheduler.GradientBased(seed=s.seed)
