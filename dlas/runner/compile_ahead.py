@@ -103,6 +103,10 @@ class _Helper:
     #: since when (monotonic seconds).
     current: str | None = None
     since: float = 0.0
+    #: The first compile of the list, the helper's until it starts one: the run leaves it
+    #: to the helper even while the helper is still starting (a list it reads late would
+    #: otherwise find every compile taken).
+    reserved: str | None = None
 
 
 class CompileAhead:
@@ -122,9 +126,10 @@ class CompileAhead:
         return {h.proc.pid for h in self._helpers}
 
     def holds(self, key: str) -> bool:
-        """Whether a helper is computing this compile now."""
+        """Whether a helper is computing this compile now, or has it first on the list it
+        has not started."""
         self.poll()
-        return any(h.current == key for h in self._helpers)
+        return any(key in (h.current, h.reserved) for h in self._helpers)
 
     def busy(self) -> bool:
         """Whether any helper has a list of compiles in flight."""
@@ -163,15 +168,16 @@ class CompileAhead:
                 kind = event.get("event")
                 if kind == "start" and helper.task is not None:
                     helper.current, helper.since = event.get("key"), time.monotonic()
+                    helper.reserved = None
                 elif kind == "computed" and event.get("key") == helper.current:
                     helper.current = None
                 elif kind == "done" and event.get("key") == helper.task:
-                    helper.task = helper.current = None
+                    helper.task = helper.current = helper.reserved = None
             if helper.current is not None and time.monotonic() - helper.since > TASK_LIMIT_S:
                 helper.proc.kill()  # hung: its claim dies with it, the run computes it
                 helper.proc.wait()
             if helper.proc.poll() is not None:
-                helper.task = helper.current = None
+                helper.task = helper.current = helper.reserved = None
 
     def close(self) -> None:
         """Stop the helpers (a compile in flight gets `STOP_GRACE_S` to finish)."""
@@ -227,6 +233,7 @@ class CompileAhead:
             path.unlink(missing_ok=True)
             return
         helper.task, helper.current = task, None
+        helper.reserved = items[0][1][COMPILE.name] if items else None
 
 
 def _read_events(proc: subprocess.Popen[str], events: queue.Queue[dict[str, Any]]) -> None:
