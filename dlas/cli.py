@@ -173,6 +173,7 @@ def _plan_estimate(args: argparse.Namespace, config) -> int:  # noqa: ANN001 - S
     with console.status(f"estimating sweep '{config.name}' (every point's stages against "
                         "the cache)...", spinner="line"):
         estimate = estimate_sweep(config, ws.cache_dir, ws.db_path, workers=workers,
+                                  helpers=_compile_helpers() if workers == 1 else 0,
                                   **_machine_scales(config))
     predicted = _predicted_latencies(config, ws) if args.predict else None
     if args.json:
@@ -241,7 +242,8 @@ def _scale_from_env(name: str, measure: Callable[[], float]) -> float:
     return scale
 
 
-def _print_run_estimate(config, workspace) -> RunningEstimate | None:  # noqa: ANN001
+def _print_run_estimate(config, workspace,  # noqa: ANN001
+                        helpers: int = 0) -> RunningEstimate | None:
     """One line before a run: how long it should take here (`dlas plan --estimate` has
     the breakdown); the estimate per stage, which each point's line then measures
     progress against, corrected as stages finish (`dlas.runner.eta`). Never stops a run:
@@ -251,7 +253,7 @@ def _print_run_estimate(config, workspace) -> RunningEstimate | None:  # noqa: A
         from dlas.estimate.render import duration
 
         est = estimate_sweep(config, workspace.cache_dir, workspace.db_path,
-                             **_machine_scales(config))
+                             helpers=helpers, **_machine_scales(config))
     except Exception:  # noqa: BLE001 - the run matters, the estimate is a courtesy
         return None
     if not est.tasks:
@@ -282,11 +284,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     workspace = _workspace(args)
     check_database(workspace.db_path)  # before any work: the rows could not be stored
-    _compile_helpers()
+    helpers = _compile_helpers()
     runner = _executor(args, workspace)
     runner.console.config_path = args.config  # the summary names the commands in full
     runner.console.findings = _observations_decided(runner.workspace.db_path, config.name)
-    eta = _print_run_estimate(config, runner.workspace)
+    eta = _print_run_estimate(config, runner.workspace,
+                              helpers if args.executor == "local" else 0)
     runner.console.eta = eta
     runner.console.estimated_s = eta.total_s if eta is not None else None
     if args.remeasure and args.remeasure_noisy:

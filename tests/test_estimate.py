@@ -187,9 +187,11 @@ def test_cli_bad_workers_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture,
 
 def test_timing_passes_multiply_the_timing_stages_only(tmp_path: Path) -> None:
     """budgets.timing_passes: 3 times every point three times (`dlas.runner.passes`),
-    each pass taking a third of its samples: the measure stage pays its fixed part three
-    times and its samples once, training and compiling the same; the point keys do not
-    change (a cached sweep is not redone for it)."""
+    each pass taking a third of its samples; passes after the first re-check one input
+    instead of verifying in full, and cost `LATER_PASS_SHARE` of it: training and compiling
+    are the same; the point keys do not change (a cached sweep is not redone for it)."""
+    from dlas.estimate.costmodel import LATER_PASS_SHARE
+
     def passes(n: int) -> Any:
         return parse_config(tiny_sweep("est", algorithms=["direct", "gemm"]).replace(
             "budgets:\n", f"budgets:\n  timing_passes: {n}\n  measure_repeat: 300\n", 1)
@@ -201,6 +203,9 @@ def test_timing_passes_multiply_the_timing_stages_only(tmp_path: Path) -> None:
     by_one = {s.stage: s.seconds for s in _estimate(tmp_path, one).stages}
     by_three = {s.stage: s.seconds for s in _estimate(tmp_path, three).stages}
     assert by_one["measure"] < by_three["measure"] < 3 * by_one["measure"]
+    first = _estimate(tmp_path, three).tasks
+    assert any(f"3 passes (built in x{1 + 2 * LATER_PASS_SHARE:g})" in t.basis
+               for t in first if t.stage == "measure")
     assert by_three["train"] == pytest.approx(by_one["train"])
     assert by_three["compile"] == pytest.approx(by_one["compile"])
 
@@ -370,3 +375,20 @@ def test_smaller_images_cost_less_to_train_and_the_search_share_grows_with_popul
     narrow = replace(tuned, search_per_trial=2.0)
     assert components(wide)["tuning"] - components(narrow)["tuning"] == pytest.approx(
         64 * costmodel.TRIAL_SEARCH_S * 6)
+
+
+def test_compile_helpers_take_untuned_compiles_off_the_wall_clock(tmp_path: Path) -> None:
+    """A local run's compile helpers compile a model's other points beside its own: an
+    untuned compile's entry costs `helper_factor` of itself, a tuned one and every other
+    stage its whole (the helper never tunes, trains or times)."""
+    from dlas.estimate.costmodel import helper_factor
+
+    config = _config(algorithms=("direct", "gemm"))
+    alone = {t.key: t for t in _estimate(tmp_path, config).tasks}
+    beside = {t.key: t for t in estimate_sweep(config, tmp_path / "cache",
+                                               tmp_path / "results.db", helpers=1).tasks}
+    assert 0.5 < helper_factor(1) < 1.0 == helper_factor(0) and helper_factor(3) < helper_factor(1)
+    for key, task in alone.items():
+        want = task.seconds * (helper_factor(1) if task.stage == "compile" else 1.0)
+        assert beside[key].seconds == pytest.approx(want), task.stage
+    assert sum(t.stage == "compile" for t in alone.values()) == 2

@@ -103,6 +103,18 @@ INT8_SLOWDOWN = 2.0
 #: settle pauses and placement probes over about ten rounds (docs/timing.md). Mostly
 #: waiting (pauses, probes' fixed rounds), so a faster core does not shorten it.
 MEASURE_FIXED_S = 1.0
+#: Of an untuned compile's seconds, the share its run's compile helpers take off the wall
+#: clock when every spare core has one (`dlas.runner.compile_ahead`: they compile the
+#: model's other points while the run compiles its own): with one helper, pass 1 of two
+#: 16x16 quickstarts on a Zen 4 ran 17-18 s under the sum of its stages, 39% of the
+#: untuned compiles' 44-45 s, of the 50% one helper could take.
+HELPER_OVERLAP = 0.75
+#: A timing pass after the first costs this share of the first: the first verifies every
+#: variant in full (its verify samples, the accuracy beside it) and records it; later
+#: passes re-check one input (`dlas.stages.timed.reverify`) and time. Passes 2 and 3 over
+#: pass 1's timing: Zen 3 0.41-0.46 (32x32 digits), Zen 4 0.40-0.48 (32x32) and 0.43-0.83
+#: (16x16, five quickstarts, most near 0.45).
+LATER_PASS_SHARE = 0.5
 #: A baseline builds its runtime's session first (ONNX export for ONNX Runtime:
 #: 1.4-2.5 s PyTorch, 4-8 s ONNX Runtime measured).
 BASELINE_FIXED_S = 2.5
@@ -161,6 +173,12 @@ def components(work: StageWork, mac_scale: float = 1.0, serial_scale: float = 1.
     if work.stage == "compile":  # its fixed part is mostly timing the minimal candidates
         parts["tuning"] = _tuning(work, serial_scale)
     return parts
+
+
+def helper_factor(helpers: int) -> float:
+    """What an untuned compile costs the run's wall clock with `helpers` compile helpers
+    (1.0 with none)."""
+    return 1.0 - HELPER_OVERLAP * (1.0 - 1.0 / (1 + max(helpers, 0)))
 
 
 def _tuning(work: StageWork, serial_scale: float = 1.0) -> float:

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from dlas.estimate.costmodel import SIGNATURE, components
+from dlas.estimate.costmodel import LATER_PASS_SHARE, SIGNATURE, components, helper_factor
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import CostedStage, ScheduleResult, simulate
 from dlas.estimate.work import StageWork, parent_of, stage_work
@@ -149,10 +149,12 @@ def cost_of(work: StageWork, measured: list[Measured], mac_scale: float = 1.0,
 def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                    workers: int = 1, record: WorkspaceRecord | None = None,
                    mac_scale: float = 1.0, serial_scale: float = 1.0,
-                   bf16_speedup: float = 1.0) -> Estimate:
+                   bf16_speedup: float = 1.0, helpers: int = 0) -> Estimate:
     """The estimate of running `config` against the workspace (its cache and results);
     `mac_scale`, `serial_scale` and `bf16_speedup` correct the built-in cost for this
-    machine (1.0: as fitted)."""
+    machine (1.0: as fitted); `helpers`: the compile helpers a local run starts
+    (`dlas.runner.compile_ahead`), which take part of the untuned compiles off its wall
+    clock (their entries' seconds are then wall seconds, not compute)."""
     from dlas.runner.cache import Cache, CacheIndex
     from dlas.stages import KeyMemo, stage_keys
     from dlas.sweep.grid import expand
@@ -197,8 +199,16 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             work = stage_work(point, stage, keys[stage])
             m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale,
                                        serial_scale, bf16_speedup)
+            if stage == "compile" and helpers and work.trials == 0:
+                factor = helper_factor(helpers)
+                m_s, b_s = m_s * factor, b_s * factor
+                basis = f"{basis}; x{factor:.2f} beside {helpers} compile helper(s)"
             if stage in TIMED_STAGES and passes > 1:
-                m_s, b_s, basis = m_s * passes, b_s * passes, f"{basis}; x{passes} passes"
+                # built in: later passes re-check one input and time, a share of the
+                # first; a measured entry is whichever pass stored it, so it counts whole
+                times = 1 + LATER_PASS_SHARE * (passes - 1)
+                m_s, b_s = m_s * passes, b_s * times
+                basis = f"{basis}; {passes} passes (built in x{times:g})"
             index[(stage, keys[stage])] = len(tasks)
             tasks.append(StageCost(stage=stage, key=keys[stage], seconds=m_s + b_s,
                                    measured_s=m_s, builtin_s=b_s, basis=basis, deps=deps,
