@@ -142,8 +142,10 @@ class CompileAhead:
             time.sleep(POLL_S)
 
     def offer(self, candidates: Sequence[tuple[Point, StageKeys]]) -> None:
-        """Hand each idle helper the due compiles (`compile_due`, not claimed), in order;
-        helpers given the same list share it through the claims."""
+        """Hand each idle helper the due compiles (`compile_due`, not claimed), in order:
+        the first helper all of them, the next from the second on, and so on (each
+        reserves a compile of its own), sharing what their lists have in common through
+        the claims."""
         self.poll()
         idle = [h for h in self._helpers if h.task is None and h.proc.poll() is None]
         if not idle:
@@ -151,9 +153,8 @@ class CompileAhead:
         due = [(point, keys) for point, keys in candidates
                if compile_due(self.cache, point, keys)
                and not self.claims.is_held(COMPILE.name, keys[COMPILE.name])]
-        if due:
-            for helper in idle:
-                self._send(helper, due)
+        for start, helper in enumerate(idle[:len(due)]):
+            self._send(helper, due[start:])
 
     def poll(self) -> None:
         """Take in what the helpers said: a started compile is the helper's current one, a
