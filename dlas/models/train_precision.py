@@ -3,14 +3,18 @@ autocast where the CPU multiplies bfloat16 natively.
 
 Why it is a choice: on a CPU with AVX512_BF16 (AMD Zen 4 and 5, Intel Cooper Lake and
 newer; AMX on Sapphire Rapids) oneDNN runs a convolution's bf16 products in hardware, and
-a training step of the quickstart's models took 1.48x (ResNet18-w0.5) and 1.73x
+a training step of the quickstart's models (32x32 then) took 1.48x (ResNet18-w0.5) and 1.73x
 (MobileNetV2-w0.5) less time than in float32 (Zen 4, 2026-11-29, channels-last, batch 64,
 interleaved). Where the CPU lacks it (Zen 3, Zen 1), bf16 is emulated and slower, so
 `auto` trains in float32 there. The weights stay float32 either way (autocast computes
 in bf16 and keeps float32 masters), so everything after training sees a float32 model.
 
+At small images it need not pay: on 16x16 digits (Zen 4) 4 epochs of MobileNetV2-w0.5
+took 12.1-13.1 s in bf16 against 9.8-10.5 in float32 (its depthwise convs), while
+ResNet18-w0.5 still gained (6.5-7.6 s against 8.7), so the quickstart trains in float32.
+
 The paper trained in float32, and a model trained in bf16 is another model: the default
-is float32, the quickstart asks for `auto`, and the resolved precision is part of the
+is float32, `auto` is asked for by name, and the resolved precision is part of the
 train and compress stages' cache keys (`dlas.stages.train`), so a bf16-trained model is
 never served where float32 was asked.
 """
