@@ -38,12 +38,17 @@ CIFAR_SHAPE, CIFAR_CLASSES = (3, 32, 32), 10
 IMAGENET_SHAPE, IMAGENET_CLASSES = (3, 224, 224), 1000
 
 
+def _imagenet(point: Point) -> bool:
+    """Whether the point's dataset is ImageNet's (by name, or tagged as a stand-in)."""
+    return point.datasets.name == "imagenet" or IMAGENET_TAG in point.datasets.tags
+
+
 def dataset_input(point: Point) -> tuple[tuple[int, int, int], int]:
     """The input shape and class count a point's dataset gives, without loading it:
     ImageNet-tagged data is 3x224x224 in 1000 classes; the rest CIFAR's 3x32x32 in 10, or
     3xSxS where the option has an `image_size` S (digits)."""
     ds = point.datasets
-    if ds.name == "imagenet" or IMAGENET_TAG in ds.tags:
+    if _imagenet(point):
         return IMAGENET_SHAPE, IMAGENET_CLASSES
     side = getattr(ds.params, "image_size", None)
     if isinstance(side, int):
@@ -111,7 +116,7 @@ def dataset_images(point: Point) -> tuple[int, int]:
     if ds.name == "digits":
         test = round(1797 * getattr(ds.params, "test_fraction", 0.2))
         return 1797 - test, test
-    if ds.name == "imagenet" or IMAGENET_TAG in ds.tags:
+    if _imagenet(point):
         per_class = getattr(ds.params, "images_per_class", None)
         return 0, 1000 * per_class if per_class else DATASET_IMAGES["imagenet"][1]
     return DATASET_IMAGES.get(ds.name, DATASET_IMAGES["cifar10"])

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlas.models.options import CIFAR_INPUT
 from dlas.report.data import NCHW, RUNTIME_NAMES, ReportPoint, latest_per_label, load_points
 from dlas.report.deciding_layers import observation_layers
 from dlas.report.experiments import Experiment
@@ -50,8 +51,6 @@ from dlas.report.tables import (
 _SIMD = ("sse4", "avx", "fma", "f16c", "vnni", "amx", "neon", "asimd", "sve", "dotprod")
 #: Evidence lines shown per observation part (the rest are counted, not printed).
 MAX_EVIDENCE = 12
-#: CIFAR-10's image side, which a stand-in dataset's rows match unless resized.
-CIFAR_SIDE = 32
 
 
 @dataclass
@@ -123,13 +122,14 @@ def _header(doc: Document, points: list[ReportPoint], db_path: Path, sweeps: lis
     for dataset in sorted({p.dataset for p in points}):
         if dataset in paper.stand_ins:
             lines.append(f"STAND-IN DATASET: {' '.join(paper.stand_ins[dataset].split())}")
+            cifar = CIFAR_INPUT[1]  # the side a stand-in's rows match unless resized
             sides = sorted({p.image_size for p in points if p.dataset == dataset
-                            and p.image_size is not None and p.image_size != CIFAR_SIDE})
+                            and p.image_size is not None and p.image_size != cifar})
             if sides:
                 sizes = ", ".join(f"{s}x{s}" for s in sides)
                 lines.append(
-                    f"Here {dataset} was upsampled to {sizes} instead of {CIFAR_SIDE}x"
-                    f"{CIFAR_SIDE} (its image_size): a model's work per inference is smaller "
+                    f"Here {dataset} was upsampled to {sizes} instead of {cifar}x{cifar} "
+                    f"(its image_size): a model's work per inference is smaller "
                     "than on CIFAR-10, so times compare within this sweep, not with the "
                     "paper's.")
     lines.append(
