@@ -256,3 +256,30 @@ def test_digits_option_upsamples_to_its_image_size() -> None:
     assert bundle.train[0][0].shape == (3, 16, 16)
     with pytest.raises(ValidationError):
         option.parse_params({"image_size": 4})
+
+
+def test_a_sweep_on_smaller_digits_compiles_and_verifies_against_pytorch(
+        tmp_path: Path) -> None:
+    """`image_size` through a whole sweep: the model is trained on 16x16 images, compiled by
+    TVM for that input, and its output checked against PyTorch's, with a quarter of the
+    32x32 model's MACs (its convs' quarter; the classifier stays)."""
+    from dlas.results.store import ResultStore
+    from dlas.runner.machine import MachineLock
+    from dlas.runner.runner import Runner, Workspace
+    from dlas.sweep.config import parse_config
+    from tests.conftest import tiny_sweep
+
+    macs = {}
+    for side in (16, 32):
+        text = tiny_sweep(f"side{side}").replace(
+            "datasets: [digits]", f"datasets: [{{name: digits, params: {{image_size: {side}}}}}]")
+        ws = tmp_path / str(side)
+        runner = Runner(Workspace(ws, ws / "cache"), progress=False,
+                        machine_lock=MachineLock(tmp_path / "locks"))
+        assert runner.run(parse_config(text)).ok == 1
+        with ResultStore(ws / "results.db") as store:
+            (row,) = store.rows()
+        assert row.status == "ok" and row.verified == 1 and row.max_abs_diff is not None
+        assert row.verification_reference == "pytorch"
+        macs[side] = row.macs
+    assert 3.9 * macs[16] < macs[32] < 4 * macs[16]
