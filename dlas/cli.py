@@ -27,6 +27,7 @@ from dlas.runner.eta import RunningEstimate
 from dlas.runner.refused import ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
+from dlas.targets.host import cpuinfo_override_problem
 
 if TYPE_CHECKING:
     from dlas.runner.sweep_executor import SweepExecutor
@@ -537,6 +538,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    cpuinfo_problem = cpuinfo_override_problem()
+    if cpuinfo_problem:
+        console.print(f"error: {cpuinfo_problem}", markup=False, style="red")
+        return 2
     # SIGTERM (batch schedulers, kill) stops any command the way Ctrl-C does
     with sigterm_as_interrupt() as interrupts:
         try:

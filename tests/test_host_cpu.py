@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,49 @@ def test_a_worker_killed_by_sigill_says_why() -> None:
     message = str(WorkerDied(-signal.SIGILL, "none / direct / none"))
     assert "illegal instruction" in message and "CPU feature" in message
     assert "illegal" not in str(WorkerDied(-signal.SIGKILL, None))
+
+
+CPUINFO_DIR = Path(__file__).parent / "data" / "cpuinfo"
+
+
+@x86_only
+@pytest.mark.parametrize(("saved", "mcpus"), [("zen3.txt", {"znver3"}),
+                                              ("zen4-avx512-hidden.txt", {"znver3"}),
+                                              ("zen1.txt", {"znver1", "znver2"})])
+def test_a_saved_cpuinfo_picks_the_target_in_every_process_dlas_starts(
+        monkeypatch: pytest.MonkeyPatch, saved: str, mcpus: set[str]) -> None:
+    """DLAS_CPUINFO runs dlas as an AVX2 host would: the target, the core table and a
+    child process (a timing worker or compile helper is one) all see the saved CPU."""
+    wanted = (CPUINFO_DIR / saved).read_text()
+    saved_flags = next(line.partition(":")[2].split() for line in wanted.splitlines()
+                       if line.startswith("flags"))
+    if missing := set(saved_flags) - set(host.cpuinfo_fields().get("flags", "").split()):
+        pytest.skip(f"this CPU lacks {sorted(missing)[:3]}: the saved CPU's code would not run")
+    monkeypatch.setenv(host.CPUINFO_ENV, str(CPUINFO_DIR / saved))
+    cpu = host.detect_host_cpu()
+    assert not any(f.startswith("avx512") for f in cpu["flags"])
+    assert cpu["mcpu"] in mcpus and not host.has_vnni(cpu)
+    child = subprocess.run(
+        [sys.executable, "-c", "from dlas.targets.host import host_target, detect_host_cpu\n"
+         "from dlas.profile.host_facts import host_features\n"
+         "print(host_target(2)['mcpu'], host_features().isa)"],
+        capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    mcpu, isa = child.stdout.split()
+    assert mcpu in mcpus and isa == "AVX2"
+
+
+def test_a_missing_or_unusable_cpuinfo_override_is_a_clear_error(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from dlas.cli import main
+
+    monkeypatch.setenv(host.CPUINFO_ENV, str(tmp_path / "nothing.txt"))
+    with pytest.raises(FileNotFoundError, match="DLAS_CPUINFO=.*no such file.*unset it"):
+        host.cpuinfo_fields()
+    assert main(["plugins"]) == 2
+    (tmp_path / "empty.txt").write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\n")
+    monkeypatch.setenv(host.CPUINFO_ENV, str(tmp_path / "empty.txt"))
+    assert "no 'flags'" in (host.cpuinfo_override_problem() or "")
+    assert main(["plugins"]) == 2
+    monkeypatch.delenv(host.CPUINFO_ENV)
+    assert host.cpuinfo_override_problem() is None

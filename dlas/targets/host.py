@@ -35,16 +35,30 @@ _X86_BY_FLAG = [
 ]
 
 
+#: A file read instead of /proc/cpuinfo (a saved copy of another machine's). Its flags
+#: then pick the LLVM target (`runnable_mcpu` lowers this CPU's name to what they allow),
+#: the kernels and block widths, the int8 range and the training precision, so the
+#: AVX2 paths run on an AVX-512 machine: `DLAS_CPUINFO=tests/data/cpuinfo/zen3.txt
+#: bash scripts/test.sh`. Only code paths follow it; timings stay this machine's.
+CPUINFO_ENV = "DLAS_CPUINFO"
+
+
 def cpuinfo_fields() -> dict[str, str]:
     """The first processor's key/value block of /proc/cpuinfo (plus arm's global keys);
     empty where there is none.
 
     The one reader of /proc/cpuinfo in dlas: the host target and the profile's CPU table
     and cache keys (`dlas.profile.host_facts`) must see the same CPU, and tests force one
-    CPU on both by replacing this function.
+    CPU on both by replacing this function. `DLAS_CPUINFO` (`CPUINFO_ENV`) names a file
+    to read instead, in this process and every one it starts (timing workers, compile
+    helpers, Ray tasks), so the whole suite can run as another CPU would see it.
     """
     info: dict[str, str] = {}
-    path = Path("/proc/cpuinfo")
+    override = os.environ.get(CPUINFO_ENV)
+    problem = cpuinfo_override_problem()
+    if problem:
+        raise FileNotFoundError(problem)
+    path = Path(override or "/proc/cpuinfo")
     if not path.exists():
         return info
     for line in path.read_text(errors="replace").splitlines():
@@ -53,6 +67,24 @@ def cpuinfo_fields() -> dict[str, str]:
         key, _, value = line.partition(":")
         info.setdefault(key.strip(), value.strip())
     return info
+
+
+def cpuinfo_override_problem() -> str | None:
+    """What is wrong with `DLAS_CPUINFO`'s file (missing, or no x86 `flags` / Arm
+    `Features` line to pick a target by), or None when it is unset or usable."""
+    override = os.environ.get(CPUINFO_ENV)
+    if not override:
+        return None
+    path = Path(override)
+    if not path.is_file():
+        return (f"{CPUINFO_ENV}={override}: no such file; name a saved copy of a "
+                f"machine's /proc/cpuinfo (tests/data/cpuinfo/ has some) or unset it")
+    keys = {line.partition(":")[0].strip() for line in
+            path.read_text(errors="replace").splitlines() if ":" in line}
+    if not keys & {"flags", "Features"}:
+        return (f"{CPUINFO_ENV}={override}: no 'flags' (x86) or 'Features' (Arm) line, "
+                "so no target can be chosen from it; name a saved /proc/cpuinfo")
+    return None
 
 
 def cpuinfo_int(fields: dict[str, str], key: str) -> int:
