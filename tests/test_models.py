@@ -297,3 +297,18 @@ def test_option_tags_and_constraints() -> None:
     assert "CIFAR model" in blocked[("imagenet", "resnet18")]
     assert "CIFAR model" in blocked[("imagenet", "vgg16")]
     assert "needs an ImageNet dataset" in blocked[("digits", "resnet50")]
+
+
+def test_a_cifar_model_on_images_below_its_side_is_blocked_at_plan_time() -> None:
+    """VGG-16's fifth max-pool needs 32x32: on 16x16 digits the point is not runnable,
+    with the reason, before anything trains (it used to fail in training)."""
+    config = parse_config("name: x\ndatasets: [{name: digits, params: {image_size: 16}}]\n"
+                          "models: [resnet18, mobilenetv1, vgg16]\n")
+    blocked = {p.models.name: p.blocked for p in expand(config)}
+    assert blocked["resnet18"] is None and blocked["mobilenetv1"] is None
+    assert "takes images of 32x32 to 32x32" in blocked["vgg16"]
+    assert "gives 16x16" in blocked["vgg16"] and "image_size to 32" in blocked["vgg16"]
+    config = parse_config("name: x\ndatasets: [{name: digits, params: {image_size: 8}}]\n"
+                          "models: [resnet18, mobilenetv1]\n")
+    blocked = {p.models.name: p.blocked for p in expand(config)}
+    assert blocked["resnet18"] is None and "image_size to 16" in blocked["mobilenetv1"]

@@ -50,9 +50,18 @@ def _check_cifar_input(name: str, input_shape: tuple[int, ...]) -> None:
 
 
 def _cifar_dataset_only(point: Any) -> str | None:
+    """CIFAR models run on CIFAR-sized data: not ImageNet's, and not images smaller than
+    the model's total downsampling. The side is the dataset option's `image_size` where it
+    has one (digits); the model checks the real shape again when it is built."""
     if IMAGENET_TAG in point.datasets.tags:
         return (f"'{point.models.name}' is a CIFAR model (32x32 input) and cannot run on the "
                 f"ImageNet dataset '{point.datasets.name}'; use an ImageNet model")
+    side = getattr(point.datasets.params, "image_size", None)
+    least = CIFAR_MIN_SIDE.get(point.models.name, CIFAR_INPUT[1])
+    if isinstance(side, int) and not least <= side <= CIFAR_INPUT[1]:
+        return (f"'{point.models.name}' takes images of {least}x{least} to 32x32 and dataset "
+                f"'{point.datasets.name}' gives {side}x{side}; set its image_size to "
+                f"{least} or more, or exclude {point.models.name} on it")
     return None
 
 
