@@ -53,12 +53,21 @@ def cpuinfo_fields() -> dict[str, str]:
     to read instead, in this process and every one it starts (timing workers, compile
     helpers, Ray tasks), so the whole suite can run as another CPU would see it.
     """
-    info: dict[str, str] = {}
-    override = os.environ.get(CPUINFO_ENV)
     problem = cpuinfo_override_problem()
     if problem:
         raise FileNotFoundError(problem)
-    path = Path(override or "/proc/cpuinfo")
+    return _read_cpuinfo(Path(os.environ.get(CPUINFO_ENV) or "/proc/cpuinfo"))
+
+
+def machine_cpuinfo_fields() -> dict[str, str]:
+    """This machine's own /proc/cpuinfo block, whatever `DLAS_CPUINFO` says: what the
+    silicon runs. ONNX Runtime and PyTorch pick their kernels by CPUID, so whether their
+    int8 kernels saturate follows these flags, not the saved CPU's."""
+    return _read_cpuinfo(Path("/proc/cpuinfo"))
+
+
+def _read_cpuinfo(path: Path) -> dict[str, str]:
+    info: dict[str, str] = {}
     if not path.exists():
         return info
     for line in path.read_text(errors="replace").splitlines():
