@@ -153,5 +153,12 @@ def test_a_missing_or_unusable_cpuinfo_override_is_a_clear_error(
     monkeypatch.setenv(host.CPUINFO_ENV, str(tmp_path / "empty.txt"))
     assert "no 'flags'" in (host.cpuinfo_override_problem() or "")
     assert main(["plugins"]) == 2
+    more = "\n".join(line + " avx512f avx512_vnni amx_tile" if line.startswith("flags")
+                     else line for line in (CPUINFO_DIR / "zen3.txt").read_text().splitlines())
+    (tmp_path / "more.txt").write_text(more)
+    monkeypatch.setenv(host.CPUINFO_ENV, str(tmp_path / "more.txt"))
+    if "amx_tile" not in host.machine_cpuinfo_fields().get("flags", "").split():
+        assert "illegal instruction" in (host.cpuinfo_override_problem() or "")
+        assert "amx_tile" in (host.cpuinfo_override_problem() or "")
     monkeypatch.delenv(host.CPUINFO_ENV)
     assert host.cpuinfo_override_problem() is None

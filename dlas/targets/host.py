@@ -93,6 +93,13 @@ def cpuinfo_override_problem() -> str | None:
     if not keys & {"flags", "Features"}:
         return (f"{CPUINFO_ENV}={override}: no 'flags' (x86) or 'Features' (Arm) line, "
                 "so no target can be chosen from it; name a saved /proc/cpuinfo")
+    saved = _read_cpuinfo(path).get("flags", "").split()
+    mine = machine_cpuinfo_fields().get("flags", "").split()
+    beyond = sorted(set(saved) & set(X86_FEATURE_FLAGS.values()) - set(mine))
+    if saved and mine and beyond:
+        return (f"{CPUINFO_ENV}={override}: that CPU has {', '.join(beyond[:4])}, which "
+                "this machine lacks, so code built for it would die of an illegal "
+                "instruction; name a CPU with fewer features than this one, or unset it")
     return None
 
 
