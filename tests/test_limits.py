@@ -49,10 +49,20 @@ def measured(host_target: dict) -> tuple[MachineLimits, set[int], set[int]]:
     return limits, before, os.sched_getaffinity(0)
 
 
+def _table_core_is_this_silicon() -> bool:
+    """False under DLAS_CPUINFO naming another core: the CPU table's peak then describes
+    that core (a Zen 1's 128-bit datapath), while the kernels run on this one."""
+    seen, real = targets_host.cpuinfo_fields(), targets_host.machine_cpuinfo_fields()
+    return all(seen.get(k) == real.get(k) for k in ("vendor_id", "cpu family", "model"))
+
+
 def test_peak_is_positive_and_under_theoretical(measured) -> None:
     limits, _, _ = measured
     peak = limits.peak_gflops["float32"]
     assert peak > 0
+    if not _table_core_is_this_silicon():
+        pytest.skip("DLAS_CPUINFO names another core: its theoretical peak is not this "
+                    f"machine's (measured {peak:.0f} GFLOP/s, {limits.theoretical_basis})")
     assert peak <= limits.theoretical_gflops["float32"] * lim.THEORETICAL_SLACK, (
         limits.theoretical_basis, limits.clock_ghz)
     assert not [n for n in limits.notes if "not exact" in n or "theoretical" in n]
