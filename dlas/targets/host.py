@@ -51,7 +51,8 @@ def cpuinfo_fields() -> dict[str, str]:
     and cache keys (`dlas.profile.host_facts`) must see the same CPU, and tests force one
     CPU on both by replacing this function. `DLAS_CPUINFO` (`CPUINFO_ENV`) names a file
     to read instead, in this process and every one it starts (timing workers, compile
-    helpers, Ray tasks), so the whole suite can run as another CPU would see it.
+    helpers, a Ray cluster it starts; a cluster joined by address keeps its machines'
+    own view), so the whole suite can run as another CPU would see it.
     """
     problem = cpuinfo_override_problem()
     if problem:
