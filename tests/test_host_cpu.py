@@ -111,7 +111,7 @@ def test_a_worker_killed_by_sigill_says_why() -> None:
     assert "illegal" not in str(WorkerDied(-signal.SIGKILL, None))
 
 
-CPUINFO_DIR = Path(__file__).parent / "data" / "cpuinfo"
+CPUINFO_DIR = host.SAVED_CPUS
 
 
 @x86_only
@@ -162,3 +162,14 @@ def test_a_missing_or_unusable_cpuinfo_override_is_a_clear_error(
         assert "amx_tile" in (host.cpuinfo_override_problem() or "")
     monkeypatch.delenv(host.CPUINFO_ENV)
     assert host.cpuinfo_override_problem() is None
+
+
+def test_a_saved_cpu_is_named_without_its_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocks dlas ships are package data, named by their stem, so a wheel install can
+    run as a Zen 3 too; an unknown name lists the ones there are."""
+    assert {"zen3", "zen1", "zen4-avx512-hidden"} <= set(host.saved_cpu_names())
+    monkeypatch.setenv(host.CPUINFO_ENV, "zen3")
+    assert host.cpuinfo_override() == host.SAVED_CPUS / "zen3.txt"
+    assert host.cpuinfo_fields()["model"] == "1"
+    monkeypatch.setenv(host.CPUINFO_ENV, "zen9")
+    assert "zen1, zen3, zen4-avx512-hidden" in (host.cpuinfo_override_problem() or "")

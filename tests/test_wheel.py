@@ -100,7 +100,7 @@ def test_the_wheel_carries_the_data_and_runs_outside_the_checkout(tmp_path: Path
         names = set(zipfile.ZipFile(built).namelist())
         assert {"dlas/_data/experiments/paper.yaml", "dlas/_data/experiments/cifar10_cpu.yaml",
                 "dlas/_data/configs/quickstart.yaml",
-                "dlas/measure/native/pingpong.c"} <= names, built
+                "dlas/measure/native/pingpong.c", "dlas/targets/cpuinfo/zen3.txt"} <= names, built
 
     venv = _fresh_venv(tmp_path, wheel)
     outside = tmp_path / "elsewhere"

@@ -35,12 +35,30 @@ _X86_BY_FLAG = [
 ]
 
 
-#: A file read instead of /proc/cpuinfo (a saved copy of another machine's). Its flags
-#: then pick the LLVM target (`runnable_mcpu` lowers this CPU's name to what they allow),
-#: the kernels and block widths, the int8 range and the training precision, so the
-#: AVX2 paths run on an AVX-512 machine: `DLAS_CPUINFO=tests/data/cpuinfo/zen3.txt
-#: bash scripts/test.sh`. Only code paths follow it; timings stay this machine's.
+#: A file read instead of /proc/cpuinfo (a saved copy of another machine's), or the name
+#: of one dlas ships (`SAVED_CPUS`: zen3, zen1, zen4-avx512-hidden). Its flags then pick
+#: the LLVM target (`runnable_mcpu` lowers this CPU's name to what they allow), the
+#: kernels and block widths, the int8 range and the training precision, so the AVX2
+#: paths run on an AVX-512 machine: `DLAS_CPUINFO=zen3 bash scripts/test.sh`. Only code
+#: paths follow it; timings stay this machine's.
 CPUINFO_ENV = "DLAS_CPUINFO"
+#: Saved /proc/cpuinfo blocks of the CPUs CI has met (package data; README.txt there).
+SAVED_CPUS = Path(__file__).parent / "cpuinfo"
+
+
+def saved_cpu_names() -> list[str]:
+    return sorted(p.stem for p in SAVED_CPUS.glob("*.txt") if p.stem != "README")
+
+
+def cpuinfo_override() -> Path | None:
+    """The file `DLAS_CPUINFO` names (a path, or a name in `SAVED_CPUS`), None if unset."""
+    value = os.environ.get(CPUINFO_ENV)
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file() and value in saved_cpu_names():
+        return SAVED_CPUS / f"{value}.txt"
+    return path
 
 
 def cpuinfo_fields() -> dict[str, str]:
@@ -57,7 +75,7 @@ def cpuinfo_fields() -> dict[str, str]:
     problem = cpuinfo_override_problem()
     if problem:
         raise FileNotFoundError(problem)
-    return _read_cpuinfo(Path(os.environ.get(CPUINFO_ENV) or "/proc/cpuinfo"))
+    return _read_cpuinfo(cpuinfo_override() or Path("/proc/cpuinfo"))
 
 
 def machine_cpuinfo_fields() -> dict[str, str]:
@@ -82,13 +100,14 @@ def _read_cpuinfo(path: Path) -> dict[str, str]:
 def cpuinfo_override_problem() -> str | None:
     """What is wrong with `DLAS_CPUINFO`'s file (missing, or no x86 `flags` / Arm
     `Features` line to pick a target by), or None when it is unset or usable."""
-    override = os.environ.get(CPUINFO_ENV)
-    if not override:
+    path = cpuinfo_override()
+    if path is None:
         return None
-    path = Path(override)
+    override = os.environ[CPUINFO_ENV]
     if not path.is_file():
-        return (f"{CPUINFO_ENV}={override}: no such file; name a saved copy of a "
-                f"machine's /proc/cpuinfo (tests/data/cpuinfo/ has some) or unset it")
+        return (f"{CPUINFO_ENV}={override}: no such file or saved CPU; name a saved copy "
+                f"of a machine's /proc/cpuinfo, one of dlas's ({', '.join(saved_cpu_names())}),"
+                " or unset it")
     keys = {line.partition(":")[0].strip() for line in
             path.read_text(errors="replace").splitlines() if ":" in line}
     if not keys & {"flags", "Features"}:
