@@ -161,6 +161,16 @@ def test_theoretical_peak_zen4_vs_zen5() -> None:
     assert "16 fp32 lanes (AVX-512, 512-bit datapath)" in basis5 and "3.00 GHz (x)" in basis5
 
 
+def test_a_zen4_without_avx512_is_named_by_its_model() -> None:
+    """A hypervisor that hides AVX-512 (or an AVX2 target) leaves a Zen 4 the same two
+    256-bit pipes as a Zen 3; its name still says Zen 4."""
+    hidden = core_features(ZEN3_FLAGS, AMD, 25, 0x11)
+    assert hidden.name.startswith("AMD Zen 4") and "AVX-512 not used" in hidden.name
+    assert hidden.isa == "AVX2" and hidden.ops_per_cycle("float32") == 32
+    assert core_features(ZEN3_FLAGS, AMD, 25, 0x01).name.startswith("AMD Zen 3")
+    assert core_features(ZEN4_FLAGS, AMD, 25, 0x11).name == "AMD Zen 4 (family 25, model 0x11)"
+
+
 def test_target_without_avx512_caps_the_table() -> None:
     # A Zen 5 running code built for AVX2 (mcpu znver3): 256-bit ops on 512-bit pipes.
     features = core_features([f for f in ZEN5_FLAGS if not f.startswith("avx512")], AMD, 26, 2)

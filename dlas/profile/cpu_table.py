@@ -61,6 +61,10 @@ class CoreFeatures:
 #: AMD Zen 5 models with 256-bit FMA pipes (mobile: Strix Point 0x20-0x2F, Krackan and
 #: Strix Halo 0x60-0x7F; public reviews). Server (Turin) and desktop have 512-bit pipes.
 _ZEN5_256BIT_MODELS = (range(0x20, 0x30), range(0x60, 0x80))
+#: AMD family 25 (19h) models that are Zen 4: Genoa and Storm Peak 0x10-0x1F, Raphael and
+#: Phoenix 0x60-0x7F, Bergamo and Siena 0xA0-0xAF; the rest (Milan 0x01, Vermeer 0x21,
+#: Rembrandt 0x44, Cezanne 0x50) are Zen 3.
+_ZEN4_MODELS = (range(0x10, 0x20), range(0x60, 0x80), range(0xA0, 0xB0))
 #: Intel AVX-512 cores with one 512-bit FMA (ports 0+1 fused): client Ice Lake (0x7D,
 #: 0x7E), Tiger Lake (0x8C, 0x8D), Rocket Lake (0xA7). Xeon Silver/Bronze also have one,
 #: which flags cannot tell from Gold/Platinum: those are assumed to have two.
@@ -83,9 +87,12 @@ def _amd_pipes(family: int, model: int, isa_bits: int) -> tuple[str, int, int, b
         if model < 0x30:
             return f"AMD Zen/Zen+ (family 23, model {model:#x})", 128, 2, False
         return f"AMD Zen 2 (family 23, model {model:#x})", 256, 2, False
-    if family == 25:
-        if isa_bits >= 512:
-            return f"AMD Zen 4 (family 25, model {model:#x})", 256, 2, False
+    if family == 25:  # Zen 3 and Zen 4 both have two 256-bit FMA pipes
+        if isa_bits >= 512 or any(model in r for r in _ZEN4_MODELS):
+            # by its model when the flags (a hypervisor's mask, or an AVX2 target) hide
+            # the AVX-512 that names it otherwise
+            hidden = "" if isa_bits >= 512 else ", AVX-512 not used"
+            return f"AMD Zen 4 (family 25, model {model:#x}{hidden})", 256, 2, False
         return f"AMD Zen 3 (family 25, model {model:#x})", 256, 2, False
     if family == 26:
         bits = 256 if any(model in r for r in _ZEN5_256BIT_MODELS) else 512
