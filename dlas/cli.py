@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from dlas.runner.eta import RunningEstimate
 from dlas.runner.refused import ExecutorRefused
 from dlas.runner.signals import INTERRUPTED, MESSAGE, sigterm_as_interrupt
 from dlas.sweep.config import ConfigError, load_config
-from dlas.targets.host import cpuinfo_override_problem
+from dlas.targets.host import CPUINFO_ENV, cpuinfo_override_problem
 
 if TYPE_CHECKING:
     from dlas.runner.sweep_executor import SweepExecutor
@@ -542,6 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     if cpuinfo_problem:
         console.print(f"error: {cpuinfo_problem}", markup=False, style="red")
         return 2
+    if os.environ.get(CPUINFO_ENV) and getattr(args, "fn", None) in (cmd_run, cmd_plan,
+                                                                  cmd_reproduce):
+        print(f"note: {CPUINFO_ENV}={os.environ[CPUINFO_ENV]}: code paths follow that CPU's "
+              "flags; timings are this machine's, and rows say so", file=sys.stderr)
     # SIGTERM (batch schedulers, kill) stops any command the way Ctrl-C does
     with sigterm_as_interrupt() as interrupts:
         try:

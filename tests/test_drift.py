@@ -198,11 +198,14 @@ def test_cpus_the_hypervisor_names_alike_keep_separate_records(
         return {"model name": "AMD EPYC", "cpu family": "25", "model": model}
 
     def machine(fields: dict[str, str]) -> str:
-        monkeypatch.setattr(host, "cpuinfo_fields", lambda: fields)
+        monkeypatch.setattr(host, "machine_cpuinfo_fields", lambda: fields)
         drift_record.this_machine.cache_clear()  # read once per process
         return drift_record.this_machine()
 
     zen3, zen4 = machine(cpu("1")), machine(cpu("17"))
     assert zen3 != zen4 and "family 25 model 17" in zen4
     assert machine({"Hardware": "board"}).startswith("board x")
+    # the record is the silicon's: a run as a saved CPU (DLAS_CPUINFO) shares it
+    monkeypatch.setenv(host.CPUINFO_ENV, "zen1")
+    assert machine(cpu("17")) == zen4
     drift_record.this_machine.cache_clear()

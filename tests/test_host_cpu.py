@@ -173,3 +173,26 @@ def test_a_saved_cpu_is_named_without_its_path(monkeypatch: pytest.MonkeyPatch) 
     assert host.cpuinfo_fields()["model"] == "1"
     monkeypatch.setenv(host.CPUINFO_ENV, "zen9")
     assert "zen1, zen3, zen4-avx512-hidden" in (host.cpuinfo_override_problem() or "")
+
+
+def test_a_run_under_a_saved_cpu_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dlas.cli import main
+
+    config = Path(__file__).parents[1] / "configs" / "quickstart.yaml"
+    from dlas.results.environment import capture_environment
+    from dlas.sweep.config import load_config
+    from dlas.sweep.grid import expand
+    from dlas.targets.resolve import resolve_target
+
+    point = expand(load_config(config))[0]
+    native = (resolve_target(point).tvm_target["mcpu"], capture_environment()["cpu"]["mcpu"])
+    monkeypatch.setenv(host.CPUINFO_ENV, "zen3")
+    assert main(["plan", str(config), "--workspace", str(tmp_path / "ws")]) == 0
+    # what this process resolved and recorded follows the setting, both ways
+    assert resolve_target(point).tvm_target["mcpu"] == "znver3"
+    assert capture_environment()["cpu"]["mcpu"] == "znver3"
+    monkeypatch.delenv(host.CPUINFO_ENV)
+    assert (resolve_target(point).tvm_target["mcpu"],
+            capture_environment()["cpu"]["mcpu"]) == native
+    assert "DLAS_CPUINFO=zen3: code paths follow that CPU's flags" in capsys.readouterr().err

@@ -469,3 +469,30 @@ def test_the_rows_facts_win_over_guesses_from_option_names() -> None:
     dense = point_from_row(row(algorithm="gemm_csr", backend="tvm", weight_format="dense",
                                device_kind="cpu"))
     assert (dense.sparse, dense.baseline) == (False, False)
+
+
+def test_rows_timed_as_another_cpu_say_so_in_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under DLAS_CPUINFO the row's `cpu` describes the saved CPU; the environment keeps
+    the silicon that timed it, the timing fingerprint differs, and the report says both."""
+    from dlas.results import environment as envmod
+    from dlas.targets.host import machine_cpuinfo_fields
+
+    assert "cpuinfo_as" not in envmod.capture_environment()
+    plain = envmod.machine_fingerprint()
+    monkeypatch.setenv("DLAS_CPUINFO", "zen1")
+    env = envmod.capture_environment()
+    forced_fingerprint = envmod.machine_fingerprint()
+    monkeypatch.delenv("DLAS_CPUINFO")
+    assert envmod.machine_fingerprint() == plain
+    saved = env["cpuinfo_as"]
+    assert saved["setting"] == "zen1" and saved["file"].endswith("zen1.txt")
+    assert saved["silicon"]["model_number"] == machine_cpuinfo_fields().get("model")
+    assert forced_fingerprint["cpuinfo_as"] == "zen1" and "cpuinfo_as" not in plain
+    db = make_db(tmp_path / "r.db", [row(environment={**XEON, "cpuinfo_as": {
+        "setting": "zen3", "file": "x/zen3.txt", "silicon": {
+            "vendor": "AuthenticAMD", "model": "AMD EPYC", "family": "25",
+            "model_number": "17", "simd_flags": ["avx2", "avx512f"]}}})])
+    md = build_report(db, tmp_path / "report").markdown.read_text()
+    assert "CPU flags read from DLAS_CPUINFO=zen3" in md
+    assert "family 25 model 17, SIMD avx2 avx512f" in md and "do not read them as" in md

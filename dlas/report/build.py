@@ -481,6 +481,16 @@ def _environment_section(doc: Document, points: list[ReportPoint]) -> None:
         for extra in ("gpu", "remote"):
             if env.get(extra):
                 items.append(f"{extra}: {env[extra]}")
+        saved = env.get("cpuinfo_as")
+        if saved:
+            silicon = saved.get("silicon") or {}
+            items.insert(1, (
+                f"CPU flags read from DLAS_CPUINFO={saved.get('setting')}: the code paths are "
+                f"that CPU's, the timings this machine's ({silicon.get('vendor', '?')} "
+                f"{silicon.get('model', '?')}, family {silicon.get('family', '?')} model "
+                f"{silicon.get('model_number', '?')}, SIMD "
+                f"{' '.join(silicon.get('simd_flags') or []) or '-'}); do not read them as "
+                "the named CPU's"))
         doc.add(Bullets(items))
 
 

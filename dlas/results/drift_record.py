@@ -64,9 +64,10 @@ def this_machine() -> str:
     (Zen 1, 3, 4 and 5 all read so here), and their timings drift very differently
     (docs/timing.md: a Zen 5's invocations agreed to 1-3%, a Zen 4's to 5-9% median), so
     a record learned on one must not set another's next-run range."""
-    from dlas.targets.host import available_cores, cpuinfo_fields
+    from dlas.targets.host import available_cores, machine_cpuinfo_fields
 
-    info = cpuinfo_fields()
+    info = machine_cpuinfo_fields()  # the silicon's: drift is the host's, whatever
+    # DLAS_CPUINFO makes the code paths
     model = info.get("model name") or info.get("Model") or info.get("Hardware") or "cpu"
     family, number = info.get("cpu family"), info.get("model")
     if family and number:

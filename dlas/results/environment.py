@@ -36,12 +36,41 @@ def git_commit() -> str | None:
     return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-@functools.cache
+#: /proc/cpuinfo flags worth naming for the silicon under DLAS_CPUINFO (its SIMD).
+_SIMD_FLAG_PARTS = ("sse", "avx", "fma", "vnni", "amx", "bf16", "neon", "asimd", "sve")
+
+
+def cpuinfo_as() -> dict[str, Any] | None:
+    """Under `DLAS_CPUINFO`: the saved CPU whose flags chose the code paths, and the
+    silicon that ran and timed them. `cpu` then describes the saved CPU, so without this
+    a row timed on a Zen 4 as a Zen 3 would read as a Zen 3's timing. None when unset."""
+    from dlas.targets.host import CPUINFO_ENV, cpuinfo_override, machine_cpuinfo_fields
+
+    path = cpuinfo_override()
+    if path is None:
+        return None
+    real = machine_cpuinfo_fields()
+    flags = [f for f in (real.get("flags") or real.get("Features") or "").split()
+             if any(part in f for part in _SIMD_FLAG_PARTS)]
+    return {"setting": os.environ[CPUINFO_ENV], "file": str(path),
+            "silicon": {"model": real.get("model name"), "vendor": real.get("vendor_id"),
+                        "family": real.get("cpu family"), "model_number": real.get("model"),
+                        "simd_flags": flags}}
+
+
 def capture_environment() -> dict[str, Any]:
+    """This process's environment, read once per `DLAS_CPUINFO` setting."""
+    from dlas.targets.host import CPUINFO_ENV
+
+    return _capture(os.environ.get(CPUINFO_ENV))
+
+
+@functools.cache
+def _capture(cpuinfo_setting: str | None) -> dict[str, Any]:
     from dlas.targets.host import detect_host_cpu
 
     cpu = detect_host_cpu()
-    return {
+    env = {
         "cpu": cpu,
         "machine": platform.machine(),
         "platform": platform.platform(),
@@ -51,10 +80,18 @@ def capture_environment() -> dict[str, Any]:
         "versions": {p: installed_version(p) for p in _PACKAGES},
         "git_commit": git_commit(),
     }
+    saved = cpuinfo_as()
+    if saved is not None:  # only then: rows of ordinary runs keep one environment
+        env["cpuinfo_as"] = saved
+    return env
 
 
 def machine_fingerprint() -> dict[str, Any]:
-    """The part of the environment that makes a timing non-transferable."""
+    """The part of the environment that makes a timing non-transferable. A run under
+    `DLAS_CPUINFO` is another one (other code paths, and `cpu` names the saved CPU)."""
     env = capture_environment()
-    return {"cpu": env["cpu"].get("model"), "machine": env["machine"],
-            "cpu_count": env["cpu_count"], "versions": env["versions"]}
+    fingerprint = {"cpu": env["cpu"].get("model"), "machine": env["machine"],
+                   "cpu_count": env["cpu_count"], "versions": env["versions"]}
+    if "cpuinfo_as" in env:
+        fingerprint["cpuinfo_as"] = env["cpuinfo_as"]["setting"]
+    return fingerprint
