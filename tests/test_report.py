@@ -492,7 +492,7 @@ def test_rows_timed_as_another_cpu_say_so_in_the_environment(
     db = make_db(tmp_path / "r.db", [row(environment={**XEON, "cpuinfo_as": {
         "setting": "zen3", "file": "x/zen3.txt", "silicon": {
             "vendor": "AuthenticAMD", "model": "AMD EPYC", "family": "25",
-            "model_number": "17", "simd_flags": ["avx2", "avx512f"]}}})])
+            "model_number": "17", "flags": ["fpu", "avx2", "avx512f"]}}})])
     md = build_report(db, tmp_path / "report").markdown.read_text()
     assert "CPU flags read from DLAS_CPUINFO=zen3" in md
     assert "family 25 model 17, SIMD avx2 avx512f" in md and "do not read them as" in md

@@ -450,6 +450,11 @@ def _observations_section(doc: Document, points: list[ReportPoint], paper: Paper
                     doc.add(Bullets(lines))
 
 
+def _simd(flags: list[str] | None) -> list[str]:
+    """The SIMD ones of a CPU's /proc/cpuinfo flags (what the environment names)."""
+    return [f for f in flags or [] if any(s in f for s in _SIMD)]
+
+
 def _environment_section(doc: Document, points: list[ReportPoint]) -> None:
     doc.add(Heading("Environment"))
     envs: dict[str, tuple[dict[str, Any], list[ReportPoint]]] = {}
@@ -462,7 +467,7 @@ def _environment_section(doc: Document, points: list[ReportPoint]) -> None:
         doc.add(Para("No environment recorded."))
     for env, members in envs.values():
         cpu = env.get("cpu") or {}
-        flags = [f for f in cpu.get("flags") or [] if any(s in f for s in _SIMD)]
+        flags = _simd(cpu.get("flags"))
         threads = sorted({p.threads for p in members if p.threads is not None})
         versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
         items = [
@@ -489,7 +494,7 @@ def _environment_section(doc: Document, points: list[ReportPoint]) -> None:
                 f"that CPU's, the timings this machine's ({silicon.get('vendor', '?')} "
                 f"{silicon.get('model', '?')}, family {silicon.get('family', '?')} model "
                 f"{silicon.get('model_number', '?')}, SIMD "
-                f"{' '.join(silicon.get('simd_flags') or []) or '-'}); do not read them as "
+                f"{' '.join(_simd(silicon.get('flags'))) or '-'}); do not read them as "
                 "the named CPU's"))
         doc.add(Bullets(items))
 

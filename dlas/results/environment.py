@@ -36,10 +36,6 @@ def git_commit() -> str | None:
     return commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-#: /proc/cpuinfo flags worth naming for the silicon under DLAS_CPUINFO (its SIMD).
-_SIMD_FLAG_PARTS = ("sse", "avx", "fma", "vnni", "amx", "bf16", "neon", "asimd", "sve")
-
-
 def cpuinfo_as() -> dict[str, Any] | None:
     """Under `DLAS_CPUINFO`: the saved CPU whose flags chose the code paths, and the
     silicon that ran and timed them. `cpu` then describes the saved CPU, so without this
@@ -50,12 +46,10 @@ def cpuinfo_as() -> dict[str, Any] | None:
     if path is None:
         return None
     real = machine_cpuinfo_fields()
-    flags = [f for f in (real.get("flags") or real.get("Features") or "").split()
-             if any(part in f for part in _SIMD_FLAG_PARTS)]
     return {"setting": os.environ[CPUINFO_ENV], "file": str(path),
             "silicon": {"model": real.get("model name"), "vendor": real.get("vendor_id"),
                         "family": real.get("cpu family"), "model_number": real.get("model"),
-                        "simd_flags": flags}}
+                        "flags": (real.get("flags") or real.get("Features") or "").split()}}
 
 
 def capture_environment() -> dict[str, Any]:

@@ -72,10 +72,10 @@ def cpuinfo_fields() -> dict[str, str]:
     helpers, a Ray cluster it starts; a cluster joined by address keeps its machines'
     own view), so the whole suite can run as another CPU would see it.
     """
-    problem = cpuinfo_override_problem()
+    saved, problem = _checked_override()
     if problem:
         raise FileNotFoundError(problem)
-    return _read_cpuinfo(cpuinfo_override() or Path("/proc/cpuinfo"))
+    return saved if saved is not None else _read_cpuinfo(Path("/proc/cpuinfo"))
 
 
 def machine_cpuinfo_fields() -> dict[str, str]:
@@ -98,29 +98,34 @@ def _read_cpuinfo(path: Path) -> dict[str, str]:
 
 
 def cpuinfo_override_problem() -> str | None:
-    """What is wrong with `DLAS_CPUINFO`'s file (missing, or no x86 `flags` / Arm
-    `Features` line to pick a target by), or None when it is unset or usable."""
+    """What is wrong with `DLAS_CPUINFO`'s file, or None when it is unset or usable: it is
+    missing, has no x86 `flags` / Arm `Features` line to pick a target by, or names SIMD
+    features this machine lacks (code built for them would die of SIGILL)."""
+    return _checked_override()[1]
+
+
+def _checked_override() -> tuple[dict[str, str] | None, str | None]:
+    """`DLAS_CPUINFO`'s fields (None when unset) and what is wrong with them, read once."""
     path = cpuinfo_override()
     if path is None:
-        return None
-    override = os.environ[CPUINFO_ENV]
+        return None, None
+    setting = os.environ[CPUINFO_ENV]
     if not path.is_file():
-        return (f"{CPUINFO_ENV}={override}: no such file or saved CPU; name a saved copy "
-                f"of a machine's /proc/cpuinfo, one of dlas's ({', '.join(saved_cpu_names())}),"
-                " or unset it")
-    keys = {line.partition(":")[0].strip() for line in
-            path.read_text(errors="replace").splitlines() if ":" in line}
-    if not keys & {"flags", "Features"}:
-        return (f"{CPUINFO_ENV}={override}: no 'flags' (x86) or 'Features' (Arm) line, "
-                "so no target can be chosen from it; name a saved /proc/cpuinfo")
-    saved = _read_cpuinfo(path).get("flags", "").split()
+        return None, (f"{CPUINFO_ENV}={setting}: no such file or saved CPU; name a saved "
+                      f"copy of a machine's /proc/cpuinfo, one of dlas's "
+                      f"({', '.join(saved_cpu_names())}), or unset it")
+    saved = _read_cpuinfo(path)
+    if not saved.keys() & {"flags", "Features"}:
+        return saved, (f"{CPUINFO_ENV}={setting}: no 'flags' (x86) or 'Features' (Arm) "
+                       "line, so no target can be chosen from it; name a saved /proc/cpuinfo")
+    flags = saved.get("flags", "").split()
     mine = machine_cpuinfo_fields().get("flags", "").split()
-    beyond = sorted(set(saved) & set(X86_FEATURE_FLAGS.values()) - set(mine))
-    if saved and mine and beyond:
-        return (f"{CPUINFO_ENV}={override}: that CPU has {', '.join(beyond[:4])}, which "
-                "this machine lacks, so code built for it would die of an illegal "
-                "instruction; name a CPU with fewer features than this one, or unset it")
-    return None
+    beyond = sorted(set(flags) & set(X86_FEATURE_FLAGS.values()) - set(mine))
+    if flags and mine and beyond:
+        return saved, (f"{CPUINFO_ENV}={setting}: that CPU has {', '.join(beyond[:4])}, which "
+                       "this machine lacks, so code built for it would die of an illegal "
+                       "instruction; name a CPU with fewer features than this one, or unset it")
+    return saved, None
 
 
 def cpuinfo_int(fields: dict[str, str], key: str) -> int:
