@@ -478,6 +478,7 @@ def test_rows_timed_as_another_cpu_say_so_in_the_environment(
     from dlas.results import environment as envmod
     from dlas.targets.host import machine_cpuinfo_fields
 
+    monkeypatch.delenv("DLAS_CPUINFO", raising=False)  # the plain run first
     assert "cpuinfo_as" not in envmod.capture_environment()
     plain = envmod.machine_fingerprint()
     monkeypatch.setenv("DLAS_CPUINFO", "zen1")
