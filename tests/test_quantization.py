@@ -41,7 +41,7 @@ from dlas.results.store import ResultStore
 from dlas.runner.runner import Runner
 from dlas.runner.workspace import Workspace
 from dlas.sweep.config import parse_config
-from dlas.targets.host import VNNI_FLAGS, has_vnni, machine_cpuinfo_fields
+from dlas.targets.host import has_vnni, machine_cpuinfo_fields
 from dlas.tir.conv_spec import CONV_ALGORITHM_ATTR, conv_spec_of
 from dlas.tir.schedule_helpers import leaf_blocks
 
@@ -427,8 +427,7 @@ def test_int8_point_verifies_on_cpus_with_and_without_vnni(
     CPU are recorded, TVM verifies against the literal QDQ function, and ONNX Runtime
     (as users run it) against the same reference, its accuracy measured in it."""
     # the silicon's VNNI (ONNX Runtime picks its kernels by CPUID), not DLAS_CPUINFO's
-    really_vnni = any(flag in machine_cpuinfo_fields().get("flags", "").split()
-                      for flag in VNNI_FLAGS)
+    really_vnni = has_vnni({"flags": machine_cpuinfo_fields().get("flags", "").split()})
     force_cpu(monkeypatch, CPU_WITHOUT_VNNI if cpu == "without_vnni" else CPU_WITH_VNNI)
     runner = Runner(Workspace(tmp_path, shared_cache), progress=False)
     runner.run(parse_config(INT8_SWEEP))
