@@ -392,3 +392,28 @@ def test_compile_helpers_take_untuned_compiles_off_the_wall_clock(tmp_path: Path
         want = task.seconds * (helper_factor(1) if task.stage == "compile" else 1.0)
         assert beside[key].seconds == pytest.approx(want), task.stage
     assert sum(t.stage == "compile" for t in alone.values()) == 2
+
+
+def test_a_dense_compile_of_another_weight_set_costs_the_linking_share(tmp_path: Path) -> None:
+    """A dense algorithm's kernels on pruned weights are the unpruned model's
+    (`dlas.compiler.kernel_objects`): its compile is linked, not built, and costs
+    KERNELS_REUSED_SHARE of the first; a CSR compile builds its own."""
+    from dlas.estimate.costmodel import KERNELS_REUSED_SHARE
+
+    config = parse_config(tiny_sweep("reuse", compression=["none", "weight_pruning"],
+                                     algorithms=["direct", "direct_csr"]))
+    compiles = {t.point: t for t in _estimate(tmp_path, config).tasks if t.stage == "compile"}
+    layers = {tuple(p.split(" / ")[2:4]): t for p, t in compiles.items()}
+    dense, pruned, csr = ([layers[c]] for c in (("none", "direct"),
+                                                 ("weight_pruning", "direct"),
+                                                 ("weight_pruning", "direct_csr")))
+    assert len(dense) == len(pruned) == len(csr) == 1
+    assert pruned[0].seconds == pytest.approx(dense[0].seconds * KERNELS_REUSED_SHARE)
+    assert csr[0].seconds > dense[0].seconds
+    # a measured linked compile stands for a built one at the share's ratio
+    point = next(p for p in expand(config) if p.algorithms.name == "direct"
+                 and p.compression.name == "weight_pruning")
+    work = stage_work(point, "compile", "k", facts={"kernels_reused": True})
+    built = replace(work, kernels_reused=False)
+    assert components(work)["compile"] == pytest.approx(
+        components(built)["compile"] * KERNELS_REUSED_SHARE)

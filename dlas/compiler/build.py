@@ -29,6 +29,8 @@ Pipeline (each step is there for a reason):
 7. The rest of the default Relax CPU pipeline (no second legalization/fusion, which
    would undo step 6), `tvm.compile` without TVM's per-kernel argument checks
    (`dlas.compiler.codegen_config`: 30-45% of LLVM's work), `export_library` to `out_dir`.
+   With `kernels` (a workspace's kept objects), the kernels are built only once per
+   kernel key: another weight set of the same model links them (`kernel_objects`).
 
 `CompileResult.phases` says where the time went (lower, fold, tune, schedule, codegen,
 export). codegen (TIR lowering to LLVM IR) + export (LLVM's machine code, then the link)
@@ -55,14 +57,19 @@ from tvm_ffi import structural_equal
 from ..algorithms.base import RAW_WEIGHT, ConvAlgorithm, flatten_extern_blocks
 from ..algorithms.spmm_kernel import holds_spmm_kernel
 from ..algorithms.spmm_rebuild import rebuild_requested
-from ..targets.arch import export_suffix
+from ..targets.arch import export_suffix, runs_here
 from ..tir.conv_spec import CONV_SPEC_ATTR, ConvSpec, tag_conv_block
 from ..tir.layout import DataLayout
 from ..tir.schedule_helpers import target_simd, target_vector_bits
 from . import fallbacks as fallback_notes
-from .codegen_config import cpu_codegen_context
 from .fold import FoldReport, fold_constants
 from .gpu_schedule import build_gpu
+from .kernel_objects import (
+    BuiltExecutable,
+    DamagedKernelObject,
+    KernelObjects,
+    build_cpu_executable,
+)
 from .layout import LayoutReport, convert_layout
 from .minimal_schedule import schedule_prim_func
 from .pipeline import SCHEDULED_ATTR, ScheduleHook, relax_finalize_pipeline, unscheduled_prim_funcs
@@ -118,6 +125,10 @@ class CompileResult:
     folded: dict[str, Any] = field(default_factory=dict)
     #: The activation layout: convs in it, convs kept NCHW, reorders (`LayoutReport`).
     layout: dict[str, Any] = field(default_factory=dict)
+    #: What the kernels' machine code is kept under in the workspace (`kernel_objects`),
+    #: None where it is not kept; `kernels_reused`: linked from an earlier compile's.
+    kernel_key: str | None = None
+    kernels_reused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -414,13 +425,15 @@ def compile_model(
     fold: str = "numpy",
     pass_config: dict | None = None,
     gpu_schedules: str = "algorithm",
+    kernels: KernelObjects | None = None,
 ) -> CompileResult:
     """Compile `imp` with `algorithm` for `target` into `out_dir`.
 
     `pass_config`: the target's own PassContext options (`TargetSpec.pass_config`, e.g.
     CUDA graphs); `gpu_schedules`: a GPU's untuned schedules (`TargetSpec.gpu_schedules`).
     `fold` (one of `FOLD_MODES`) is for benchmarks and tests; everything else compiles
-    with the default.
+    with the default. `kernels`: where kernel objects are kept, so that a compile of the
+    same kernels (another weight set) links them instead of building them again.
     """
     start = time.perf_counter()
     trace = CompileTrace()
@@ -447,18 +460,26 @@ def compile_model(
                      {a.name: a.gpu_schedule for a in (algorithm, algorithm.fallback()) if a})
             executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config,
                                              rules=rules)
+            built = BuiltExecutable(executable)
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
             with tgt:  # the sparse kernels' tuned decisions (`dlas.algorithms.spmm_rebuild`)
                 mod = rebuild_requested(mod)
-        with trace.phase("codegen"), cpu_codegen_context(pass_config):  # no arg checks
-            executable = tvm.compile(mod, target=tgt,
-                                     relax_pipeline=relax_finalize_pipeline(tgt))
+        kernels = kernels if runs_here(tgt) else None
+        with trace.phase("codegen"):  # no arg checks; kernels built once per workspace
+            built = build_cpu_executable(mod, tgt, relax_finalize_pipeline(tgt), kernels,
+                                         pass_config)
     # a .tar of objects when the code is for another CPU (linked on the board, over RPC)
     path = (out_dir / LIBRARY_FILE).with_suffix(export_suffix(tgt))
     with trace.phase("export"):
-        executable.export_library(str(path))
+        try:
+            built.export(path)
+        except DamagedKernelObject as err:  # discarded: build the kernels after all
+            log.warning("kernel object not linked, building the kernels again: %s", err)
+            built = build_cpu_executable(mod, tgt, relax_finalize_pipeline(tgt), kernels,
+                                         pass_config)
+            built.export(path)
     result = CompileResult(
         executable_path=path,
         fallbacks=legalizer.fallbacks,
@@ -469,6 +490,7 @@ def compile_model(
         phases={name: trace.phases[name] for name in PHASES if name in trace.phases},
         folded=trace.fold.as_dict(),
         layout={} if trace.layout.layout == "NCHW" else trace.layout.as_dict(),
+        kernel_key=built.key, kernels_reused=built.reused,
     )
     report = result.to_json() | {"algorithm": algorithm.name, "target": str(tgt)}
     (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=1))

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlas.estimate.costmodel import LATER_PASS_SHARE, SIGNATURE, components, helper_factor
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import CostedStage, ScheduleResult, simulate
-from dlas.estimate.work import StageWork, parent_of, stage_work
+from dlas.estimate.work import StageWork, parent_of, shared_kernels, stage_work
 from dlas.stages import STAGES, TIMED_STAGES
 from dlas.sweep.config import SweepConfig
 
@@ -175,6 +175,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
     cached: set[tuple[str, str]] = set()
     runnable = skipped = 0
     passes = config.budgets.timing_passes  # each pass times every point again
+    kernels_built: set[str] = set()  # `shared_kernels` of compiles met so far
     for point in points:
         if point.blocked:
             continue
@@ -189,6 +190,10 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
         cached.update((s, k) for s, k in keys.items() if s != "data" and s not in todo)
         if todo:
             todo.add("data")  # every run that computes anything loads the dataset
+        shared = shared_kernels(point) if "compile" in keys else None
+        kernels_reused = shared in kernels_built
+        if shared is not None:
+            kernels_built.add(shared)
         for stage in STAGES:
             if stage not in todo or (stage, keys[stage]) in index:
                 continue
@@ -197,6 +202,8 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
                 parent = parent_of(parent)
             deps = (index[(parent, keys[parent])],) if parent else ()
             work = stage_work(point, stage, keys[stage])
+            if stage == "compile" and kernels_reused:
+                work = replace(work, kernels_reused=True)
             m_s, b_s, basis = cost_of(work, by_stage[stage], mac_scale,
                                        serial_scale, bf16_speedup)
             if stage == "compile" and helpers and work.trials == 0:

@@ -109,6 +109,9 @@ class StageWork:
     #: compile: candidates the tuner's evolutionary search scores per measured trial (the
     #: population over the trials measured per round; MetaSchedule's 512 / 64 by default).
     search_per_trial: float = 8.0
+    #: compile: its kernels are an earlier compile's in the workspace (`shared_kernels`),
+    #: linked, not built (`dlas.compiler.kernel_objects`).
+    kernels_reused: bool = False
 
 
 def dataset_images(point: Point) -> tuple[int, int]:
@@ -232,7 +235,22 @@ def stage_work(point: Point, stage: str, key: str, size: ModelSize | None = None
         int8=point.compression.name.startswith("int8"),
         vector_layout=getattr(point.algorithms.params, "layout", "NCHW") != "NCHW",
         pretrained=is_pretrained(point), fit_precision=precision,
-        input_pixels=_pixels(point), search_per_trial=search_per_trial)
+        input_pixels=_pixels(point), search_per_trial=search_per_trial,
+        kernels_reused=stage == "compile" and bool(facts.get("kernels_reused")))
+
+
+def shared_kernels(point: Point) -> str | None:
+    """What two points' compiles must share to build the same kernels
+    (`dlas.compiler.kernel_objects`): a dense algorithm, untuned, on weights of the model's
+    own shapes and precision (no compression, or one that zeroes weights in place: tag
+    'sparse'). None where the kernels follow the weights (CSR), a search or a precision."""
+    if "dense" not in point.algorithms.tags or point.tuning.name != "none":
+        return None
+    if point.compression.name != "none" and "sparse" not in point.compression.tags:
+        return None
+    return json.dumps([point.datasets.identity(), point.models.identity(),
+                       point.algorithms.identity(), point.targets.identity()],
+                      sort_keys=True, default=str)
 
 
 def _pixels(point: Point) -> int:

@@ -51,6 +51,7 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
 
     def compute(self, job: Job) -> CompileFacts:
         from dlas.compiler.build import compile_model
+        from dlas.compiler.kernel_objects import KERNELS_DIR, KernelObjects
         from dlas.tuning.base import TuningContext
 
         point, console = job.point, job.env.console
@@ -65,7 +66,8 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
         with console.activity(f"{activity} with {point.algorithms.label}"):
             result = compile_model(imported.model, algorithm, target.tvm_target, job.dir,
                                    schedule_hook=hook, pass_config=target.pass_config,
-                                   gpu_schedules=target.gpu_schedules)
+                                   gpu_schedules=target.gpu_schedules,
+                                   kernels=KernelObjects(job.env.workspace_root / KERNELS_DIR))
         tuning = hook.report.summary() if hasattr(hook, "report") else None
         tuning_s = tuning["seconds"] if tuning else 0.0
         return CompileFacts(
@@ -76,7 +78,8 @@ class CompileStage(StoredStage[CompileFacts, CompiledLibrary]):
             # where a point's compile time goes; import is its stage's (shared by the
             # point's variants: torch.export, Relax frontend, reference outputs)
             phases={"import": imported.facts.seconds, **result.phases},
-            folded=result.folded, layout=result.layout)
+            folded=result.folded, layout=result.layout,
+            kernel_key=result.kernel_key, kernels_reused=result.kernels_reused)
 
     def load(self, path: Path, facts: CompileFacts) -> CompiledLibrary:
         return CompiledLibrary(path / facts.executable, facts)

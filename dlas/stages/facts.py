@@ -101,6 +101,11 @@ class CompileFacts(Facts):
     folded: dict[str, Any] = Field(default_factory=dict)
     #: The activation layout (`dlas.compiler.layout.LayoutReport`); empty: NCHW.
     layout: dict[str, Any] = Field(default_factory=dict)
+    #: The kernels' machine code: kept in the workspace under this key
+    #: (`dlas.compiler.kernel_objects`), and linked from an earlier compile's when
+    #: `kernels_reused` (a dense algorithm on another weight set of the same model).
+    kernel_key: str | None = None
+    kernels_reused: bool = False
 
 
 class Agreement(BaseModel):
