@@ -19,6 +19,7 @@ from dlas.compiler.build import compile_model
 from dlas.compiler.kernel_objects import _PLACEHOLDER, KernelObjects, kernel_key
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1
+from dlas.integrity import seal_path, write_seal
 from dlas.measure.verify import verify_outputs
 from dlas.measure.vm_timing import load_vm, run_batch
 from dlas.targets.host import host_target
@@ -57,7 +58,8 @@ def test_a_second_weight_set_links_the_first_compiles_kernels(models, tmp_path: 
     second = compile_model(imp_pruned, direct, host_target(), tmp_path / "b", kernels=kept)
     assert first.kernel_key and first.kernel_key == second.kernel_key
     assert (first.kernels_reused, second.kernels_reused) == (False, True)
-    assert [p.name for p in kept.root.iterdir()] == [f"{first.kernel_key}.o"]
+    assert sorted(p.name for p in kept.root.iterdir()) == [f"{first.kernel_key}.o",
+                                                           f"{first.kernel_key}.o.sha256"]
     _verified(dense, first.executable_path)
     _verified(pruned, second.executable_path)
     # the placeholder's object was swapped for the kept kernels'
@@ -136,16 +138,28 @@ def test_another_process_finds_the_kept_kernels(models, tmp_path: Path) -> None:
     _verified(pruned, here.executable_path)
 
 
-def test_a_damaged_kept_object_is_built_again(models, tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["truncated", "sealed_garbage", "unsealed"])
+def test_a_damaged_kept_object_is_built_again(models, tmp_path: Path, damage: str) -> None:
+    """An object that differs from its seal (or has none) is not linked; one sealed but
+    refused by the linker is discarded at the link. Either way the kernels are built,
+    kept again whole, and the library computes the model."""
     (dense, imp_dense), (pruned, imp_pruned), _ = models
     kept = KernelObjects(tmp_path / "kernels")
     direct = registry.create("algorithms", "direct", {})
     first = compile_model(imp_dense, direct, host_target(), tmp_path / "a", kernels=kept)
     obj = kept.path(first.kernel_key)
-    obj.write_bytes(obj.read_bytes()[:200])  # truncated: the linker refuses it
+    whole = obj.read_bytes()
+    if damage == "truncated":
+        obj.write_bytes(whole[:200])
+    elif damage == "sealed_garbage":
+        obj.write_bytes(b"not an object" * 20)
+        write_seal(obj)
+    else:
+        seal_path(obj).unlink()
+    assert (kept.find(first.kernel_key) is None) == (damage != "sealed_garbage")
     again = compile_model(imp_pruned, direct, host_target(), tmp_path / "b", kernels=kept)
     assert not again.kernels_reused and again.kernel_key == first.kernel_key
-    assert obj.stat().st_size > 200  # kept again, whole
+    assert obj.read_bytes() == whole and kept.find(first.kernel_key) == obj
     _verified(pruned, again.executable_path)
     assert np.isfinite(run_batch(load_vm(again.executable_path),
                                  np.zeros(SHAPE, dtype="float32"))).all()

@@ -45,6 +45,7 @@ from tvm.relax.vm_build import VMExecutable, _auto_attach_system_lib_prefix, _vm
 from tvm.support import cc
 from tvm.target import Target
 
+from ..integrity import check_seal, remove_sealed, write_seal
 from .codegen_config import cpu_codegen_context
 
 #: The object a workspace keeps per kernel key, and the folder it keeps them in.
@@ -69,19 +70,29 @@ class KernelObjects:
         return self.root / f"{key}{OBJECT_SUFFIX}"
 
     def find(self, key: str) -> Path | None:
+        """The kept object of `key`, if it is what was kept: one that differs from its
+        seal (or has none) is discarded, and its kernels are built again."""
         path = self.path(key)
-        return path if path.is_file() and path.stat().st_size > 0 else None
+        if not path.is_file():
+            return None
+        verdict = check_seal(path)
+        if verdict.verified and verdict.intact:
+            return path
+        self.discard(key)
+        return None
 
     def discard(self, key: str) -> None:
-        self.path(key).unlink(missing_ok=True)
+        remove_sealed(self.path(key))
 
     def keep(self, key: str, emitted: Path) -> None:
-        """Store `emitted` under `key`, whole or not at all (helpers compile at once)."""
+        """Store `emitted` under `key` with its seal, whole or not at all (helpers
+        compile at once; the same key is the same code, whoever writes it last)."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{key}.", suffix=".tmp")
         os.close(fd)
         try:
             shutil.copyfile(emitted, tmp)
+            write_seal(Path(tmp), for_name=self.path(key))
             os.replace(tmp, self.path(key))
         finally:
             if os.path.exists(tmp):
@@ -89,8 +100,9 @@ class KernelObjects:
 
 
 class DamagedKernelObject(RuntimeError):
-    """A kept kernel object the linker refused; it is discarded, and the compile that
-    met it builds its kernels instead (`dlas.compiler.build.compile_model`)."""
+    """A kept kernel object the linker refused, or one gone or damaged between finding
+    and linking it; it is discarded, and the compile that met it builds its kernels
+    instead (`dlas.compiler.build.compile_model`)."""
 
 
 @dataclass
@@ -113,9 +125,8 @@ class BuiltExecutable:
         if self.reused:
             kept = objects.find(key)
             if kept is None:
-                raise FileNotFoundError(
-                    f"kernel object {objects.path(key)} went away during the compile; "
-                    "run again (it will be rebuilt)")
+                raise DamagedKernelObject(f"{objects.path(key)}: gone or damaged since the "
+                                          "compile found it")
 
             def link(output: str, files: Sequence[str], **kwargs: object) -> None:
                 try:
