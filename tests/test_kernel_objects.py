@@ -16,6 +16,7 @@ import torch
 
 from dlas import registry
 from dlas.compiler.build import compile_model
+from dlas.compiler.codegen_config import CPU_CODEGEN_CONFIG, cpu_codegen_context
 from dlas.compiler.kernel_objects import _PLACEHOLDER, KernelObjects, kernel_key
 from dlas.compiler.relax_import import ImportedModel, import_torch_model
 from dlas.compression.pruning import make_permanent, prune_weights_global_l1
@@ -104,9 +105,13 @@ def test_the_key_names_the_target_and_the_pass_config() -> None:
     mod = tvm.IRModule({"add_one": add_one})
     zen4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
     zen3 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3"})
-    assert kernel_key(mod, zen4, None) == kernel_key(mod, zen4, None)
-    assert kernel_key(mod, zen4, None) != kernel_key(mod, zen3, None)
-    assert kernel_key(mod, zen4, None) != kernel_key(mod, zen4, {"tirx.noalias": False})
+    plain = cpu_codegen_context(None)
+    assert kernel_key(mod, zen4, plain) == kernel_key(mod, zen4, cpu_codegen_context(None))
+    assert kernel_key(mod, zen4, plain) != kernel_key(mod, zen3, plain)
+    assert kernel_key(mod, zen4, plain) != kernel_key(
+        mod, zen4, cpu_codegen_context({"tirx.noalias": False}))
+    assert kernel_key(mod, zen4, plain) != kernel_key(
+        mod, zen4, tvm.transform.PassContext(opt_level=2, config=CPU_CODEGEN_CONFIG))
 
 
 def test_another_process_finds_the_kept_kernels(models, tmp_path: Path) -> None:

@@ -141,9 +141,11 @@ class BuiltExecutable:
         self.executable.export_library(str(path), fcompile=_as_fcompile(link))
 
 
-def kernel_key(tir_mod: tvm.IRModule, target: Target, pass_config: dict | None) -> str:
+def kernel_key(tir_mod: tvm.IRModule, target: Target,
+               context: tvm.transform.PassContext) -> str:
     """What the kernels' machine code depends on: every PrimFunc (by name and structural
-    hash), the target, the PassContext they are built in, and the TVM, its FFI and LLVM."""
+    hash), the target, the PassContext they are built in (`context`: its opt level,
+    config and required and disabled passes), and the TVM, its FFI and LLVM."""
     funcs = {gvar.name_hint: str(tvm_ffi.structural_hash(func))
              for gvar, func in tir_mod.functions_items()}
     info = tvm.support.libinfo()
@@ -151,7 +153,10 @@ def kernel_key(tir_mod: tvm.IRModule, target: Target, pass_config: dict | None) 
         "funcs": dict(sorted(funcs.items())),
         "module": str(tvm_ffi.structural_hash(tir_mod)),
         "target": str(target),
-        "pass_config": {"opt_level": 3, **_codegen_config(pass_config)},
+        "pass_context": {"opt_level": int(context.opt_level),
+                         "config": {str(k): str(v) for k, v in context.config.items()},
+                         "required": sorted(map(str, context.required_pass)),
+                         "disabled": sorted(map(str, context.disabled_pass))},
         "tvm": tvm.__version__, "tvm_ffi": tvm_ffi.__version__,
         "llvm": info.get("LLVM_VERSION", ""), "git": info.get("GIT_COMMIT_HASH", ""),
     }
@@ -166,7 +171,7 @@ def build_cpu_executable(mod: tvm.IRModule, target: Target,
     """`tvm.compile(mod, target, relax_pipeline=...)` for a CPU, in the PassContext of
     `cpu_codegen_context(pass_config)`, building the kernels only when `objects` keeps
     none for their key."""
-    with cpu_codegen_context(pass_config):
+    with cpu_codegen_context(pass_config) as context:
         if objects is None:
             return BuiltExecutable(tvm.compile(mod, target=target, relax_pipeline=relax_pipeline))
         with target:
@@ -184,7 +189,7 @@ def build_cpu_executable(mod: tvm.IRModule, target: Target,
         if tir_mod.get_attr("system_lib_prefix") is not None:  # linked into a runtime
             return BuiltExecutable(_link(builder, target, tvm.tirx.build(tir_mod, target=target),
                                          params))
-        key = kernel_key(tir_mod, target, pass_config)
+        key = kernel_key(tir_mod, target, context)
         reused = objects.find(key) is not None
         lib = tvm.tirx.build(_placeholder() if reused else tir_mod, target=target)
         return BuiltExecutable(_link(builder, target, lib, params), key, reused, objects)
@@ -195,11 +200,6 @@ def _link(builder: relax.ExecBuilder, target: Target, lib: tvm.runtime.Module | 
     """The VM program, its constants and the kernels' module in one executable
     (`tvm.relax.vm_build._vmlink`, which would build the kernels itself)."""
     return VMExecutable(relax_ffi.VMLink(builder, target, lib, [], params))
-
-
-def _codegen_config(extra: dict | None) -> dict:
-    from .codegen_config import CPU_CODEGEN_CONFIG
-    return {**CPU_CODEGEN_CONFIG, **(extra or {})}
 
 
 def _placeholder() -> tvm.IRModule:

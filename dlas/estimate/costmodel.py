@@ -77,8 +77,9 @@ COMPILE_INT8_LAYOUT_STRETCH = 2.3
 
 #: An untuned compile whose kernels an earlier compile built (`dlas.compiler.kernel_objects`:
 #: lowering, schedules, the VM program and the link, no LLVM codegen): of the compile
-#: that builds them, ResNet18-w0.5 at 16x16 on a Zen 4: direct 0.30, GEMM 0.28, spatial
-#: pack 0.29, direct NCHWc 0.19-0.29. A ratio of two compiles on one core, not seconds.
+#: that builds them, `benchmarks/kernel_reuse.py` on a Zen 4 (ResNet18-w0.5 and
+#: MobileNetV2-w0.5 at 16x16, three dense algorithms in NCHW and NCHWc, three pruning
+#: levels): median 0.27, 0.20-0.38 over 36 compiles. A ratio of two compiles on one core.
 KERNELS_REUSED_SHARE = 0.3
 
 # --- tuning (MetaSchedule) --------------------------------------------------------------
