@@ -143,11 +143,13 @@ def test_another_process_finds_the_kept_kernels(models, tmp_path: Path) -> None:
     _verified(pruned, here.executable_path)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "sealed_garbage", "unsealed"])
+@pytest.mark.parametrize("damage", ["truncated", "sealed_garbage", "unsealed",
+                                    "killed_before_the_object_moved"])
 def test_a_damaged_kept_object_is_built_again(models, tmp_path: Path, damage: str) -> None:
     """An object that differs from its seal (or has none) is not linked; one sealed but
-    refused by the linker is discarded at the link. Either way the kernels are built,
-    kept again whole, and the library computes the model."""
+    refused by the linker is discarded at the link; a keep killed after writing the seal
+    and before moving the object in leaves a seal and a hidden temporary file. Either way
+    the kernels are built, kept again whole, and the library computes the model."""
     (dense, imp_dense), (pruned, imp_pruned), _ = models
     kept = KernelObjects(tmp_path / "kernels")
     direct = registry.create("algorithms", "direct", {})
@@ -159,8 +161,10 @@ def test_a_damaged_kept_object_is_built_again(models, tmp_path: Path, damage: st
     elif damage == "sealed_garbage":
         obj.write_bytes(b"not an object" * 20)
         write_seal(obj)
-    else:
+    elif damage == "unsealed":
         seal_path(obj).unlink()
+    else:
+        obj.rename(obj.with_name(f".{obj.name}.abc.tmp"))
     assert (kept.find(first.kernel_key) is None) == (damage != "sealed_garbage")
     again = compile_model(imp_pruned, direct, host_target(), tmp_path / "b", kernels=kept)
     assert not again.kernels_reused and again.kernel_key == first.kernel_key
