@@ -139,6 +139,10 @@ class StageExecutor:
         self.console.stage(stage.name, "loaded", key, self._computed(stage.name, start))
         return value
 
+    def is_helper(self, pid: object, host: object) -> bool:
+        """Whether the process `pid` on `host` is one of this run's compile helpers."""
+        return pid in self.helper_pids and host == socket.gethostname()
+
     def _computed(self, name: str, start: float) -> float:
         elapsed = time.perf_counter() - start
         self.tally.computed[name] += 1
@@ -149,7 +153,7 @@ class StageExecutor:
         meta = self.cache.meta(stage.name, key)
         facts = stage.read_facts(meta)
         by = meta.get("computed_by") or {}
-        if by.get("pid") in self.helper_pids and by.get("host") == socket.gethostname():
+        if self.is_helper(by.get("pid"), by.get("host")):
             # computed for this run by its own helper (`dlas.runner.compile_ahead`)
             self.tally.computed[stage.name] += 1
             self.tally.seconds[stage.name] += facts.seconds or 0.0

@@ -185,6 +185,12 @@ class Runner(PlanExecutor):
                 try:
                     done = self._prepare(state, pending)
                 except EntryBusy as busy:
+                    if busy.holder and self.executor.is_helper(busy.holder.pid,
+                                                               busy.holder.host):
+                        # this run's helper took the compile after `_hand_over` looked:
+                        # come back for it, and its group waits (as for SKIP)
+                        skipped = True
+                        continue
                     state.busy = busy
                     continue
                 state.busy = None
