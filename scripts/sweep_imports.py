@@ -11,7 +11,7 @@ The list (`sweep_imports.txt`, folders relative to site-packages) is measured, n
 guessed: `--write` runs the quickstart with Python writing every process's bytecode under
 a private prefix (PYTHONPYCACHEPREFIX) and keeps the folders it wrote into. Run it again
 when the pins in pyproject.toml change; a stale list costs time, never correctness
-(`tests/test_setup_sources.py` says when most of it no longer exists).
+(`tests/test_sweep_imports.py` says when most of it no longer exists).
 
     python scripts/sweep_imports.py SITE        # byte-compile the listed folders there
     python scripts/sweep_imports.py --write     # measure again (a quickstart, ~3 min)
