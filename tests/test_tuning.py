@@ -150,6 +150,7 @@ def test_a_points_csr_and_dense_tasks_share_one_session(tmp_path: Path) -> None:
     # the budget holds exactly: MetaSchedule starts a batch of 2 with 1 trial left
     assert hook.report.trials == 5, hook.report.summary()
     assert sum("in one session" in line for line in hook.lines) == 1, hook.lines
+    assert any("ranked by chance" in line for line in hook.lines), hook.lines
     _check_outputs(model, result.executable_path)
 
 

@@ -34,6 +34,7 @@ from dlas import registry
 from dlas.compiler.gpu_schedule import GpuScheduler
 from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
+from dlas.tuning.metaschedule.cost_model import session_cost_model
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import (
     ArgumentsRunner,
@@ -460,7 +461,9 @@ class MetaScheduleHook:
         jobs, budget, per_iter = plan.reached, plan.budget, plan.per_iter
         progress = [TaskProgress() for _ in jobs]
         names = ", ".join(job.task.name for job in jobs)
-        self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials: {names}")
+        cost_model, ranking = session_cost_model(s.cost_model, budget, s.seed)
+        self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials"
+                 + (f" ({ranking})" if ranking else "") + f": {names}")
         started = time.monotonic()
 
         def report(task_id: int, p: TaskProgress) -> None:
@@ -505,7 +508,7 @@ class MetaScheduleHook:
                                         s.runner_repeat, s.runner_number)
                             if alloc.by_signature or self.target.rpc is not None
                             else self._local_runner()),
-                    database=db.database, cost_model=s.cost_model,
+                    database=db.database, cost_model=cost_model,
                     measure_callbacks=callbacks,
                     task_scheduler=ms.task_scheduler.GradientBased(seed=s.seed)
                     if len(jobs) > 1 else "round-robin")
