@@ -205,7 +205,7 @@ class CompileAhead:
     # -- machinery --------------------------------------------------------------------
 
     def _start(self, workspace_root: Path, machine_dir: Path) -> _Helper:
-        from dlas.runner.timing_groups import die_with_parent, worker_env
+        from dlas.runner.worker_starts import die_with_parent, worker_env
 
         env = worker_env(1)
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")

@@ -32,6 +32,7 @@ from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
 from dlas.runner.signals import interrupted
+from dlas.runner.worker_starts import WorkerStarts
 from dlas.runner.workspace import StageTally
 from dlas.stages import BY_NAME
 from dlas.stages.base import Inputs, Job, Stage, StageEnv, StoredStage, TransientStage
@@ -84,6 +85,9 @@ class StageExecutor:
         self._said_unverified = False
         #: Pids of this run's compile helpers: what they stored counts as computed here.
         self.helper_pids: set[int] = set()
+        #: Where timing groups get their workers (`dlas.runner.worker_starts`); None: a
+        #: fresh worker each, with no spare (the runner sets one for its run).
+        self.worker_starts: WorkerStarts | None = None
 
     @property
     def console(self) -> Any:
@@ -331,7 +335,8 @@ class StageExecutor:
                                      request.policy.min_rounds) as on_round:
                 try:
                     got: list[MemberResult] = time_group(
-                        request, WorkerEvents(note=self.console.note, round=on_round))
+                        request, WorkerEvents(note=self.console.note, round=on_round),
+                        starts=self.worker_starts)
                 except (KeyboardInterrupt, StageFailed):
                     raise
                 except Exception as exc:  # noqa: BLE001 - every member fails, the sweep goes on

@@ -32,6 +32,7 @@ from dlas.runner.sweep_executor import (
     points_to_run,
     record_row,
 )
+from dlas.runner.worker_starts import WorkerStarts, spare_count
 from dlas.runner.workspace import RunReport, Workspace
 from dlas.stages import BY_NAME, STAGES
 from dlas.stages.base import StageEnv
@@ -117,9 +118,12 @@ class Runner(PlanExecutor):
 
     def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
         self._ahead = self._compile_ahead(plans)
+        starts = self.executor.worker_starts = WorkerStarts()
         try:
             self._walk(run, plans)
         finally:
+            starts.close()
+            self.executor.worker_starts = None
             if self._ahead is not None:
                 self._ahead.close()
                 self._ahead = None
@@ -219,6 +223,11 @@ class Runner(PlanExecutor):
 
         if self._ahead is not None:
             self._ahead.drain()  # a timing holds the machine alone: let helpers finish
+        starts = self.executor.worker_starts
+        if starts is not None:
+            # a spare imports beside this group's worker when another group follows
+            later = {s.plan.group for s in pending if s.plan.timed is not None}
+            starts.spares = spare_count() if later - {members[0].plan.group} else 0
         outcomes = self.executor.timings([(s.plan.point, s.plan.keys) for s in members],
                                          group_title(members[0].plan.point))
         finished = False

@@ -19,12 +19,9 @@ without it. Ctrl-C or SIGTERM stop the worker with the sweep.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
-import os
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,11 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from dlas.measure.stopping import RoundsPolicy
+from dlas.runner.worker_starts import (
+    WorkerStarts,
+    hand_request,
+    stop,
+    worker_env,
+)
 from dlas.stages.keys import StageKeys
 from dlas.sweep.grid import Point, digest
-
-#: Seconds the worker gets to stop after SIGTERM before it is killed.
-STOP_GRACE_S = 5.0
 
 
 @dataclass
@@ -145,28 +145,6 @@ def group_request(first: Point, members: list[TimingMember], workspace_root: str
         probe_placement=probe, source=source, seed=first.budgets.seed, mode=mode)
 
 
-def worker_env(threads: int | None) -> dict[str, str]:
-    """The worker's environment: this dlas first on the path, TVM's thread count set
-    (the worker pins the threads itself)."""
-    import dlas
-
-    env = dict(os.environ)
-    root = str(Path(dlas.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    if threads:
-        env["TVM_NUM_THREADS"] = str(threads)
-    return env
-
-
-def die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """The worker gets SIGTERM if the sweep's process dies (even by SIGKILL)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class WorkerDied(RuntimeError):
     """The worker ended without results (a crash in native code, a kill)."""
 
@@ -201,20 +179,20 @@ class WorkerEvents:
             self.note(f"{event.get('label')}: output differs from the reference; not timed")
 
 
-def run_worker(request: TimingRequest, events: WorkerEvents,
-               python: str | None = None) -> list[MemberResult]:
-    """Run the worker on `request` and return its per-member results."""
+def run_worker(request: TimingRequest, events: WorkerEvents, python: str | None = None,
+               starts: WorkerStarts | None = None) -> list[MemberResult]:
+    """Run a worker on `request` and return its per-member results. `starts`: the run's
+    workers (`dlas.runner.worker_starts`: a spare that imported beside an earlier worker,
+    if one waits); None: a fresh worker with no spare."""
     import cloudpickle
 
+    starts = starts if starts is not None else WorkerStarts()
     with tempfile.TemporaryDirectory(prefix="dlas-timing-") as tmp:
         req_path, out_path = Path(tmp) / "request.pkl", Path(tmp) / "result.json"
         req_path.write_bytes(cloudpickle.dumps(request))
-        proc = subprocess.Popen(
-            [python or sys.executable, "-m", "dlas.runner.timing_worker", str(req_path),
-             str(out_path)],
-            stdout=subprocess.PIPE, text=True, env=worker_env(request.threads),
-            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
+        proc = starts.worker(python or sys.executable, worker_env(request.threads))
         try:
+            hand_request(proc, req_path, out_path)  # if it died, its exit code says so
             assert proc.stdout is not None
             for line in proc.stdout:
                 line = line.strip()
@@ -226,7 +204,7 @@ def run_worker(request: TimingRequest, events: WorkerEvents,
                     continue
             code = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM (as KeyboardInterrupt), anything
-            _stop(proc)
+            stop(proc)
             raise
         if code != 0 or not out_path.exists():
             if code == 130:
@@ -237,26 +215,17 @@ def run_worker(request: TimingRequest, events: WorkerEvents,
                          traceback=r.get("traceback")) for r in raw]
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def time_group(request: TimingRequest, events: WorkerEvents) -> list[MemberResult]:
-    """Time the request's members; a member the worker died on fails, the rest are
-    timed again without it."""
+def time_group(request: TimingRequest, events: WorkerEvents,
+               starts: WorkerStarts | None = None) -> list[MemberResult]:
+    """Time the request's members (in a worker from `starts`, see `run_worker`); a member
+    the worker died on fails, the rest are timed again without it."""
     members = list(request.members)
     results: dict[str, MemberResult] = {}
     while members:
         attempt = TimingRequest(**{**request.__dict__, "members": members})
         try:
-            for member, result in zip(members, run_worker(attempt, events), strict=True):
+            got = run_worker(attempt, events, starts=starts)
+            for member, result in zip(members, got, strict=True):
                 results[member.label] = result
             break
         except WorkerDied as died:

@@ -1,4 +1,6 @@
-"""The timing worker's own process: `python -m dlas.runner.timing_worker REQUEST RESULT`.
+"""The timing worker's own process: `python -m dlas.runner.timing_worker REQUEST RESULT`,
+or `--wait` to import first and read `REQUEST<TAB>RESULT` from stdin
+(`dlas.runner.worker_starts`).
 
 It starts fresh, so no timing depends on what the sweep's process did before (trained,
 compiled, left thread pools running), pins its threads as the request says, builds every
@@ -196,16 +198,54 @@ def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
     return [results.get(m.label, {"error": "not timed"}) for m in request.members]
 
 
+def _import_runtimes() -> None:
+    """What a worker imports before its first member (most of its start: 2.4-2.7 s on a
+    Zen 4), so that a spare has it done before its request comes
+    (`dlas.runner.worker_starts`). Nothing here starts a thread pool or pins a thread:
+    that waits for the request's threads and CPUs (`_start_openmp`)."""
+    import importlib
+
+    for name in ("torch", "tvm", "tvm.relax", "onnxruntime"):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a runtime this install lacks: its members say so
+            continue
+    from dlas import registry
+    from dlas.runner.executor import StageExecutor  # noqa: F401 - imported for its cost
+    from dlas.stages.timed import verify  # noqa: F401 - imported for its cost
+
+    registry.load_plugins()
+
+
+def _await_request() -> list[str] | None:
+    """A spare's wait: import, say so, then read `REQUEST<TAB>RESULT` from stdin; None
+    at the end of the input (the run needed no more workers)."""
+    _import_runtimes()
+    _emitter()(event="ready")
+    line = sys.stdin.readline().rstrip("\n")
+    return line.split("\t") if line else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m dlas.runner.timing_worker REQUEST RESULT", file=sys.stderr)
-        return 2
     # first of all: the CPUs this process may use, read while this thread may still use
     # all of them (it is pinned to one later)
+    from dlas.runner.worker_starts import WAIT_ARG
     from dlas.targets.host import allowed_cpus
 
     allowed_cpus()
+    if args == [WAIT_ARG]:  # a worker started before its request
+        try:
+            waited = _await_request()
+        except KeyboardInterrupt:
+            return 130
+        if waited is None:
+            return 0
+        args = waited
+    if len(args) != 2:
+        print("usage: python -m dlas.runner.timing_worker REQUEST RESULT "
+              "(or --wait, then REQUEST<TAB>RESULT on stdin)", file=sys.stderr)
+        return 2
     import cloudpickle
 
     request = cloudpickle.loads(Path(args[0]).read_bytes())
