@@ -417,6 +417,55 @@ def test_the_export_is_named_by_what_it_depends_on(tmp_path: Path) -> None:
     assert export_memo(None, model, (3, 8, 8)) is None
 
 
+def test_the_export_names_its_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memo written under another export rule (the dynamo exporter alone, before) is
+    not served for this one."""
+    import torch
+
+    from dlas.compression import int8
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)).eval()
+    now = int8.export_memo(tmp_path, model, (3, 8, 8))
+    monkeypatch.setattr(int8, "EXPORT_RULE", "dynamo")
+    assert int8.export_memo(tmp_path, model, (3, 8, 8)) != now
+
+
+@pytest.mark.parametrize("torchscript_fails", [False, True])
+def test_the_export_is_torchscripts_else_dynamos_and_says_which(
+        monkeypatch: pytest.MonkeyPatch, torchscript_fails: bool) -> None:
+    """The TorchScript exporter makes the model (0.2 s where dynamo's takes about 4 on a
+    quickstart model); where it fails, the dynamo exporter does. Either export computes the
+    module's function in ONNX Runtime with a dynamic batch, and says which exporter made
+    it; the baseline's row says so too."""
+    import torch
+
+    from dlas.compression import int8
+    from dlas.tuning.baselines.ort import onnx_model
+
+    if torchscript_fails:
+        def broken(model: torch.nn.Module, example: torch.Tensor) -> bytes:
+            raise RuntimeError("an exporter that cannot take this model")
+
+        monkeypatch.setattr(int8, "_export_torchscript", broken)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(4, 10)).eval()
+    data = int8.export_onnx(model, (3, 8, 8))
+    expected = "dynamo" if torchscript_fails else "torchscript"
+    assert int8.exporter_of(data) == expected
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        reference = model(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(session.run(None, {int8.INPUT_NAME: x})[0], reference,
+                               rtol=1e-5, atol=1e-5)
+    _, source = onnx_model(BaselineModel(model, "float32", (3, 8, 8), threads=1))
+    assert source == f"float32 ONNX export of the compressed model ({expected} exporter)"
+
+
 def test_pytorch_on_a_gpu_needs_a_cuda_torch_and_leaves_the_shared_module_alone() -> None:
     """A cuda point's PyTorch peer works on a copy of the module on the GPU (the module is
     shared with other points); a torch with no CUDA GPU says so instead of failing."""

@@ -24,7 +24,7 @@ ONNX_FILE = "model.onnx"
 
 def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
     """The ONNX model ONNX Runtime runs for this point, and what it is."""
-    from dlas.compression.int8 import export_memo, export_onnx_memo
+    from dlas.compression.int8 import export_memo, export_onnx_memo, exporter_of
 
     if model.precision == "int8":
         if model.quantized_onnx is None:
@@ -36,7 +36,9 @@ def onnx_model(model: BaselineModel) -> tuple[bytes, str]:
     memo = export_memo(model.export_cache, model.model, model.input_shape)
     exported = export_onnx_memo(model.model, model.input_shape, memo)
     if model.precision == "float32":
-        return exported, "float32 ONNX export of the compressed model"
+        by = exporter_of(exported)
+        return exported, ("float32 ONNX export of the compressed model"
+                          + (f" ({by} exporter)" if by else ""))
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 

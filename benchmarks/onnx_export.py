@@ -1,0 +1,112 @@
+"""ONNX Runtime's baseline on PyTorch's two ONNX exporters: what each export costs, and
+how fast ONNX Runtime runs what each one made.
+
+dlas exports the compressed module with the TorchScript exporter, and with the dynamo
+exporter where that one fails (`dlas.compression.int8.export_onnx`). This prints, per
+model: the seconds of each export (median of `--exports`), and ONNX Runtime's batch-1
+latency on each export through the baseline's own path (`OrtPeer`, `time_peer`: what a
+sweep's `onnxruntime` row times), the two sessions interleaved in `--rounds` rounds of
+`--repeat` samples, median over all; the ratio is dynamo's over TorchScript's. Both
+exports are checked against PyTorch first.
+
+    python benchmarks/onnx_export.py [--models resnet18 mobilenetv2] [--sizes 16 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from dlas import registry
+from dlas.compression import int8
+from dlas.targets.host import detect_host_cpu
+from dlas.tuning.baselines.base import BaselineModel, time_peer
+from dlas.tuning.baselines.ort import OrtPeer
+
+
+def export_with(exporter: str) -> Callable[[torch.nn.Module, tuple[int, ...]], bytes]:
+    """`export_onnx` with the TorchScript exporter, or with it failing (dynamo then)."""
+    def export(model: torch.nn.Module, shape: tuple[int, ...]) -> bytes:
+        real = int8._export_torchscript
+        if exporter == "dynamo":
+            def fail(*_args: object) -> bytes:
+                raise RuntimeError("benchmark: the dynamo exporter's turn")
+
+            int8._export_torchscript = fail  # type: ignore[assignment]
+        try:
+            data = int8.export_onnx(model, shape)
+        finally:
+            int8._export_torchscript = real  # type: ignore[assignment]
+        assert int8.exporter_of(data) == exporter
+        return data
+    return export
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[16, 32])
+    parser.add_argument("--width", type=float, default=0.5)
+    parser.add_argument("--exports", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=150)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+
+    registry.load_plugins()
+    torch.set_num_threads(args.threads)
+    cpu = detect_host_cpu()
+    print(f"cpu: {cpu.get('model')} (mcpu {cpu.get('mcpu')}), ONNX Runtime {args.threads} "
+          f"threads, batch 1, fp32; latency: median of {args.rounds} interleaved rounds x "
+          f"{args.repeat} samples; export: median of {args.exports}")
+    print(f"{'model':<12} {'size':>4} {'export ts s':>11} {'export dyn s':>12} "
+          f"{'ORT ts ms':>9} {'ORT dyn ms':>10} {'dyn / ts':>8}")
+    for name in args.models:
+        for size in args.sizes:
+            shape = (3, size, size)
+            torch.manual_seed(0)
+            model = registry.create("models", name, {"width_multiplier": args.width},
+                                    num_classes=10, input_shape=shape).eval()
+            x = torch.randn(1, *shape)
+            with torch.no_grad():
+                reference = model(x).numpy()
+            seconds: dict[str, float] = {}
+            peers: dict[str, OrtPeer] = {}
+            for exporter in ("torchscript", "dynamo"):
+                export = export_with(exporter)
+                took = []
+                for _ in range(args.exports):
+                    start = time.perf_counter()
+                    data = export(model, shape)
+                    took.append(time.perf_counter() - start)
+                seconds[exporter] = statistics.median(took)
+                int8_export = int8.export_onnx
+                int8.export_onnx = lambda m, s, d=data: d  # type: ignore[assignment]
+                try:
+                    peer = OrtPeer(BaselineModel(model, "float32", shape, threads=args.threads))
+                finally:
+                    int8.export_onnx = int8_export  # type: ignore[assignment]
+                np.testing.assert_allclose(peer.run(x.numpy()), reference, rtol=1e-4,
+                                           atol=1e-4)
+                peers[exporter] = peer
+            samples: dict[str, list[float]] = {k: [] for k in peers}
+            for _ in range(args.rounds):
+                for exporter, peer in peers.items():
+                    samples[exporter] += time_peer(peer.bind(x.numpy()), args.repeat)
+            ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+            print(f"{name:<12} {size:>4} {seconds['torchscript']:>11.2f} "
+                  f"{seconds['dynamo']:>12.2f} {ms['torchscript']:>9.3f} "
+                  f"{ms['dynamo']:>10.3f} {ms['dynamo'] / ms['torchscript']:>7.2f}x",
+                  flush=True)
+            for peer in peers.values():
+                peer.close()
+
+
+if __name__ == "__main__":
+    main()
