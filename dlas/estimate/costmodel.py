@@ -49,8 +49,11 @@ TRAIN_FIXED_S = 3.0
 # --- compress -----------------------------------------------------------------------------
 #: Evaluating the compressed model and storing it (none, float16: 1.3-1.9 s measured).
 COMPRESS_FIXED_S = 1.5
-#: Per pruning level: pruning, masks, the level's evaluation beside the test pass.
-PRUNE_LEVEL_S = 3.0
+#: Per pruning level: pruning, masks, the level's evaluation beside the test pass. Three
+#: 16x16 quickstarts on the Zen 4 (2026-11-30, scale 0.37) spent about 1 s beside their
+#: fine-tuning epochs on a 2-level pruned model, where 3.0 read the compress stage
+#: 1.3-1.45x over (19 s estimated, 13.1-14.7 measured).
+PRUNE_LEVEL_S = 1.0
 #: int8: ONNX export, ONNX Runtime static quantization (calibration) and its accuracy
 #: (int8 4.5-7.3 s measured for ResNet18-w0.5).
 INT8_EXTRA_S = 4.0
@@ -99,20 +102,26 @@ KERNELS_REUSED_SHARE = 0.3
 #: Zen 4; scaled, it read the `day` profile 1.75x under on the Zen 5.
 TRIAL_BUILD_S = 0.47
 TRIAL_SEARCH_S = 0.2
-#: A session's builder pool, task extraction, minimal and transferred candidates (8.8 s of
-#: measuring the minimal schedules of 15 tasks on the Zen 4: builds, but mostly timing).
-TUNING_FIXED_S = 10.0
+#: A session's builder pool, task extraction, minimal and transferred candidates (7.5-7.7 s
+#: of measuring the minimal schedules of 15 tasks on the Zen 4, 2026-11-30: builds, but
+#: mostly timing; 8.8 s before a session under 100 trials stopped importing and training
+#: XGBoost, `dlas.tuning.metaschedule.cost_model`).
+TUNING_FIXED_S = 8.0
 
 # --- measure and baselines: verify, then time ----------------------------------------------
 #: Untuned thread-parallel TVM code on 2 threads runs about 10 GMAC/s (ResNet18-w0.5:
 #: 151 runs in 1.3-3 s; MobileNetV2-w0.5 in 0.35-0.66 s); int8 code about half that.
 MACS_PER_S = 1.0e10
 INT8_SLOWDOWN = 2.0
-#: Per variant: its share of the timing worker's start (about 5 s per model's group of
-#: a dozen variants), loading and verifying the module, and its chunks' warm-up calls,
-#: settle pauses and placement probes over about ten rounds (docs/timing.md). Mostly
-#: waiting (pauses, probes' fixed rounds), so a faster core does not shorten it.
-MEASURE_FIXED_S = 1.0
+#: Per variant: its share of the timing worker's start, loading and verifying the module,
+#: and its chunks' warm-up calls, settle pauses and placement probes over about ten rounds
+#: (docs/timing.md). Mostly waiting (pauses, probes' fixed rounds), so a faster core does
+#: not shorten it. 1.0 (a worker's start was about 5 s per model's group of a dozen
+#: variants) read the timing of three 16x16 quickstarts on the Zen 4 (2026-11-30) at 62 s
+#: for 32-58 s measured, once a spare worker imported beside the first
+#: (`dlas.runner.worker_starts`) and ONNX Runtime's export took 0.2 s instead of 2-4; the
+#: 32 s run had every round near, the others waited for near placement.
+MEASURE_FIXED_S = 0.75
 #: Of an untuned compile's seconds, the share its run's compile helpers take off the wall
 #: clock when every spare core has one (`dlas.runner.compile_ahead`: they compile the
 #: model's other points while the run compiles its own): with one helper, pass 1 of two
