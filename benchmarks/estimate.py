@@ -29,6 +29,7 @@ import platform
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -81,11 +82,28 @@ def _cpu() -> str:
 
 
 def _run(config: SweepConfig, ws: Workspace) -> RunReport:
+    """Every timing pass, as `dlas run` takes them and the estimate counts them; the
+    report's stage counts and seconds summed over the passes (`run_in_passes` returns
+    the last pass's, which computed only timings)."""
     from dlas.runner.passes import run_in_passes
 
     quiet = RunConsole(progress=False, console=Console(file=io.StringIO()))
-    # every timing pass, as `dlas run` takes them and the estimate counts them
-    return run_in_passes(Runner(ws, progress=False, console=quiet), config)
+    runner = Runner(ws, progress=False, console=quiet)
+    passes: list[RunReport] = []
+    one_pass = runner.run
+
+    def run(*args: Any, **kwargs: Any) -> RunReport:
+        passes.append(one_pass(*args, **kwargs))
+        return passes[-1]
+
+    runner.run = run  # type: ignore[method-assign]
+    report = run_in_passes(runner, config)
+    for earlier in passes:
+        if earlier is not report:
+            report.computed.update(earlier.computed)
+            for stage, seconds in earlier.seconds.items():
+                report.seconds[stage] += seconds
+    return report
 
 
 def _compare(title: str, est: Estimate, report: RunReport) -> None:
