@@ -430,29 +430,38 @@ def test_the_export_names_its_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert int8.export_memo(tmp_path, model, (3, 8, 8)) != now
 
 
-@pytest.mark.parametrize("torchscript_fails", [False, True])
+@pytest.mark.parametrize("torchscript", ["works", "fails", "traces another function"])
 def test_the_export_is_torchscripts_else_dynamos_and_says_which(
-        monkeypatch: pytest.MonkeyPatch, torchscript_fails: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, torchscript: str) -> None:
     """The TorchScript exporter makes the model (0.2 s where dynamo's takes about 4 on a
-    quickstart model); where it fails, the dynamo exporter does. Either export computes the
-    module's function in ONNX Runtime with a dynamic batch, and says which exporter made
-    it; the baseline's row says so too."""
+    quickstart model); where it fails, or its trace computes another function than the
+    module (Python control flow recorded for the example it traced), the dynamo exporter
+    does. Either export computes the module's function in ONNX Runtime with a dynamic
+    batch, and says which exporter made it; the baseline's row says so too."""
     import torch
 
     from dlas.compression import int8
     from dlas.tuning.baselines.ort import onnx_model
 
-    if torchscript_fails:
+    real = int8._export_torchscript
+    if torchscript == "fails":
         def broken(model: torch.nn.Module, example: torch.Tensor) -> bytes:
             raise RuntimeError("an exporter that cannot take this model")
 
         monkeypatch.setattr(int8, "_export_torchscript", broken)
+    elif torchscript == "traces another function":
+        def traced(model: torch.nn.Module, example: torch.Tensor) -> bytes:
+            other = torch.nn.Sequential(*list(model.children())[:-1],
+                                        torch.nn.Linear(4, 10)).eval()
+            return real(other, example)  # the same graph, other weights: another function
+
+        monkeypatch.setattr(int8, "_export_torchscript", traced)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
                                 torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
                                 torch.nn.Flatten(), torch.nn.Linear(4, 10)).eval()
     data = int8.export_onnx(model, (3, 8, 8))
-    expected = "dynamo" if torchscript_fails else "torchscript"
+    expected = "torchscript" if torchscript == "works" else "dynamo"
     assert int8.exporter_of(data) == expected
     import onnxruntime as ort
 

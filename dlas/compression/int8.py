@@ -114,23 +114,52 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
     PyTorch's TorchScript exporter, or by its dynamo exporter where that one fails; which
     one is in the model's metadata (`exporter_of`).
 
-    Why TorchScript first: on torch 2.13 it exports a quickstart model in 0.1-0.25 s,
-    where the dynamo exporter takes 2.0-3.8 s, and 3.7-4.1 s as a process's first export
-    (Zen 4; 5-11 s on a Zen 1). That export runs in a timing worker, every core but one
-    idle, in the first pass of every ONNX Runtime point. The two graphs compute the same
+    Why TorchScript first: on torch 2.13 it exports a quickstart model in 0.1-0.25 s
+    (0.2-0.4 s with the check below), where the dynamo exporter takes 2.0-3.8 s, and
+    3.7-4.1 s as a process's first export (Zen 4; 5-11 s on a Zen 1). That export runs
+    in a timing worker, every core but one idle, in the first pass of every ONNX Runtime
+    point. The two graphs compute the same
     function and differ where the model pools (GlobalAveragePool + Flatten against
     ReduceMean + Reshape); ONNX Runtime ran the two exports of ResNet18-w0.5 and
     MobileNetV2-w0.5 at 16x16 and 32x32 within 2% of each other
-    (`benchmarks/onnx_export.py`, through the baseline's own timing path)."""
+    (`benchmarks/onnx_export.py`, through the baseline's own timing path). A TorchScript
+    export that computes another function than the module (`_differs`) is not used."""
     model = model.eval()
     example = torch.zeros((1, *input_shape), dtype=torch.float32)
     try:
-        data, exporter = _export_torchscript(model, example), "torchscript"
+        data = _export_torchscript(model, example)
+        why = _differs(model, data, input_shape)
     except Exception as exc:  # noqa: BLE001 - any exporter failure: the other exporter
-        log.info("TorchScript ONNX export failed (%s: %s); using the dynamo exporter",
-                 type(exc).__name__, exc)
-        data, exporter = _export_dynamo(model, example), "dynamo"
-    return _with_exporter(data, exporter)
+        why = f"{type(exc).__name__}: {exc}"
+    if why is None:
+        return _with_exporter(data, "torchscript")
+    log.info("TorchScript ONNX export not used (%s); using the dynamo exporter", why)
+    return _with_exporter(_export_dynamo(model, example), "dynamo")
+
+
+def _differs(model: torch.nn.Module, data: bytes, input_shape: tuple[int, ...]) -> str | None:
+    """Why the TorchScript export does not compute the module's function, or None.
+
+    Why check: that exporter traces, so Python control flow that depends on the input
+    is recorded for the example it traced (zeros), where the dynamo exporter captures it
+    or fails. So the export runs on a random batch of two (the dynamic batch too) in ONNX
+    Runtime, beside the module: 0.1-0.2 s for a quickstart model."""
+    import onnxruntime as ort
+
+    x = torch.randn((2, *input_shape), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = model(x).numpy()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    got = session.run(None, {INPUT_NAME: x.numpy()})[0]
+    if got.shape != expected.shape:
+        return f"its output has shape {got.shape}, the module's {expected.shape}"
+    scale = max(1.0, float(np.abs(expected).max()))
+    worst = float(np.abs(got - expected).max())
+    if not worst <= 1e-3 * scale:
+        return f"its output differs from the module's by up to {worst:.3g}"
+    return None
 
 
 def _export_torchscript(model: torch.nn.Module, example: torch.Tensor) -> bytes:
