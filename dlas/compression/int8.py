@@ -106,7 +106,7 @@ def int8_host_facts(setting: ReduceRangeSetting) -> dict[str, bool]:
 EXPORTER_KEY = "dlas.exporter"
 #: What `export_onnx` does, as part of its memo's name (`export_memo`): a memo another
 #: rule wrote (the dynamo exporter alone, before) is not served for this one.
-EXPORT_RULE = "torchscript, else dynamo"
+EXPORT_RULE = "torchscript if it computes the module's function, else dynamo"
 
 
 def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
@@ -118,10 +118,10 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
     (0.2-0.4 s with the check below), where the dynamo exporter takes 2.0-3.8 s, and
     3.7-4.1 s as a process's first export (Zen 4; 5-11 s on a Zen 1). That export runs
     in a timing worker, every core but one idle, in the first pass of every ONNX Runtime
-    point. The two graphs compute the same
-    function and differ where the model pools (GlobalAveragePool + Flatten against
-    ReduceMean + Reshape); ONNX Runtime ran the two exports of ResNet18-w0.5 and
-    MobileNetV2-w0.5 at 16x16 and 32x32 within 2% of each other
+    point. The two graphs compute the same function and differ where the model pools
+    (GlobalAveragePool + Flatten against ReduceMean + Reshape); ONNX Runtime ran the two
+    exports of ResNet18-w0.5 and MobileNetV2-w0.5 at 16x16 and 32x32 within 2% of each
+    other
     (`benchmarks/onnx_export.py`, through the baseline's own timing path). A TorchScript
     export that computes another function than the module (`_differs`) is not used."""
     model = model.eval()
