@@ -6,8 +6,10 @@ exporter where that one fails (`dlas.compression.int8.export_onnx`). This prints
 model: the seconds of each export (median of `--exports`), and ONNX Runtime's batch-1
 latency on each export through the baseline's own path (`OrtPeer`, `time_peer`: what a
 sweep's `onnxruntime` row times), the two sessions interleaved in `--rounds` rounds of
-`--repeat` samples, median over all; the ratio is dynamo's over TorchScript's. Both
-exports are checked against PyTorch first.
+`--repeat` samples: median and interquartile range over all, the ratio dynamo's median
+over TorchScript's, and the vCPU placement of the rounds (read before each round with
+the sweep's own probe, `dlas.measure.placement`; both exports of a round share it).
+Both exports are checked against PyTorch first.
 
     python benchmarks/onnx_export.py [--models resnet18 mobilenetv2] [--sizes 16 32]
 """
@@ -25,7 +27,8 @@ import torch
 
 from dlas import registry
 from dlas.compression import int8
-from dlas.targets.host import detect_host_cpu
+from dlas.measure.placement import PlacementProbe, probe_unavailable
+from dlas.targets.host import allowed_cpus, detect_host_cpu
 from dlas.tuning.baselines.base import BaselineModel, time_peer
 from dlas.tuning.baselines.ort import OrtPeer
 
@@ -48,6 +51,11 @@ def export_with(exporter: str) -> Callable[[torch.nn.Module, tuple[int, ...]], b
     return export
 
 
+def _iqr_ms(seconds: list[float]) -> str:
+    q1, _, q3 = statistics.quantiles(seconds, n=4)
+    return f"{q1 * 1e3:.3f}, {q3 * 1e3:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenetv2"])
@@ -65,8 +73,9 @@ def main() -> None:
     print(f"cpu: {cpu.get('model')} (mcpu {cpu.get('mcpu')}), ONNX Runtime {args.threads} "
           f"threads, batch 1, fp32; latency: median of {args.rounds} interleaved rounds x "
           f"{args.repeat} samples; export: median of {args.exports}")
+    probe = None if probe_unavailable() else PlacementProbe(allowed_cpus()[:args.threads])
     print(f"{'model':<12} {'size':>4} {'export ts s':>11} {'export dyn s':>12} "
-          f"{'ORT ts ms':>9} {'ORT dyn ms':>10} {'dyn / ts':>8}")
+          f"{'ORT ts ms [IQR]':>22} {'ORT dyn ms [IQR]':>22} {'dyn / ts':>8}  rounds")
     for name in args.models:
         for size in args.sizes:
             shape = (3, size, size)
@@ -96,13 +105,18 @@ def main() -> None:
                                            atol=1e-4)
                 peers[exporter] = peer
             samples: dict[str, list[float]] = {k: [] for k in peers}
+            placements: list[str] = []
             for _ in range(args.rounds):
+                placements.append(probe.read().state if probe is not None else "unknown")
                 for exporter, peer in peers.items():
                     samples[exporter] += time_peer(peer.bind(x.numpy()), args.repeat)
             ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+            cells = {k: f"{ms[k]:.3f} [{_iqr_ms(v)}]" for k, v in samples.items()}
+            seen = ", ".join(f"{state} {placements.count(state)}"
+                             for state in sorted(set(placements)))
             print(f"{name:<12} {size:>4} {seconds['torchscript']:>11.2f} "
-                  f"{seconds['dynamo']:>12.2f} {ms['torchscript']:>9.3f} "
-                  f"{ms['dynamo']:>10.3f} {ms['dynamo'] / ms['torchscript']:>7.2f}x",
+                  f"{seconds['dynamo']:>12.2f} {cells['torchscript']:>22} "
+                  f"{cells['dynamo']:>22} {ms['dynamo'] / ms['torchscript']:>7.2f}x  {seen}",
                   flush=True)
             for peer in peers.values():
                 peer.close()
