@@ -81,11 +81,13 @@ models:
 compression:
   - name: magnitude_threshold
     params: {threshold: 0.3}
-budgets: {epochs: 0, measure_repeat: 3, verify_samples: 2}
+budgets: {epochs: 0, measure_repeat: 3, verify_samples: 2, timing_rounds: 2,
+          placement_wait_s: 0, noise_budget_s: 1}
 """)
-    result = subprocess.run([*DLAS, "run", str(config), "--no-progress", "--workspace",
-                             str(tmp_path / "ws")], env=env, capture_output=True, text=True,
-                            cwd=tmp_path, timeout=600)
+    # one timing pass: what is tested is the plugin's option, not the timing (test_passes)
+    result = subprocess.run([*DLAS, "run", str(config), "--no-progress", "--passes", "1",
+                             "--workspace", str(tmp_path / "ws")], env=env,
+                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 ok, 0 failed" in result.stdout
     shown = subprocess.run([*DLAS, "results", "--json", "--workspace", str(tmp_path / "ws")],
@@ -104,9 +106,12 @@ datasets: [digits]
 models:
   - name: resnet18
     params: {width_multiplier: 0.125}
-budgets: {epochs: 4, batch_size: 64, measure_repeat: 3, verify_samples: 2}
+budgets: {epochs: 4, batch_size: 64, measure_repeat: 3, verify_samples: 2,
+          timing_rounds: 2, placement_wait_s: 0, noise_budget_s: 1}
 """)
-    cmd = [*DLAS, "run", str(config), "--no-progress", "--workspace", str(tmp_path / "ws")]
+    # one timing pass: what is tested is the resumed training, not the timing (test_passes)
+    cmd = [*DLAS, "run", str(config), "--no-progress", "--passes", "1", "--workspace",
+           str(tmp_path / "ws")]
     env = _env(PYTHONPATH=str(REPO))
     # A shell's background job starts with SIGINT ignored, and Python then never installs
     # its Ctrl-C handler; give the child the default disposition, as a terminal would.
@@ -392,8 +397,9 @@ def test_sigterm_mid_measurement_then_rerun_resumes(tmp_path: Path) -> None:
     assert not lingered
     assert not list((tmp_path / "ws" / "cache" / "measure").glob("*/meta.json"))
 
-    rerun = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
-                           timeout=600)
+    # the re-run's one timing pass resumes the interrupted one (more: test_passes)
+    rerun = subprocess.run([*cmd, "--passes", "1"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "1 ok, 0 failed" in rerun.stdout
     assert "compile   reused from cache" in rerun.stdout
