@@ -18,10 +18,13 @@ from dlas.results.drift import (
     estimate,
     next_run_range,
     pair_half_width,
+    row_drift,
     widen,
 )
+from dlas.results.latency import chunk_spread
 from dlas.results.reproducibility import TimedPoint, range_coverage
 from dlas.results.row import ResultRow
+from dlas.runner.console import drift_line
 from dlas.runner.rows import next_run_columns
 
 
@@ -106,6 +109,54 @@ def test_a_row_says_which_drift_its_range_rests_on(tmp_path: Path,
     # a board's timing (placement unknown) is not this machine's: the prior
     board = row.model_copy(update={"placement": "unknown"})
     assert next_run_columns(board)["next_run_drift"] == PRIOR["onnxruntime"]
+
+
+def _chunks(medians: list[float], placement: str = "near", run_id: str = "r") -> TimingRun:
+    """A run whose chunks read `medians` (each chunk 1% around its median)."""
+    return TimingRun(run_id=run_id, started_at=1.0, placement=placement,
+                     rounds=[TimingRound(index=i, placement=placement,
+                                         samples_ms=[m * 0.99, m, m * 1.01])
+                             for i, m in enumerate(medians)])
+
+
+def test_a_row_whose_chunks_lie_further_apart_than_the_drift_gets_a_range_as_wide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short two-thread kernel whose chunks read in two states 30% apart (an SMT
+    neighbour busy or idle): its next run may fall in either, so its range spans them;
+    a row whose chunks agree keeps the runtime's drift, and so does one with too few
+    chunks or whose spread lies in another placement."""
+    monkeypatch.setenv("DLAS_DRIFT_RECORD", str(tmp_path / "drift.sqlite"))
+    row = ResultRow(point_key="p", backend="tvm", latency_median_ms=1.0,
+                    latency_ci_low_ms=0.99, latency_ci_high_ms=1.01, placement="near")
+    two_states = [_chunks([1.0, 1.3] * 3, run_id="a"), _chunks([1.0, 1.3], run_id="b")]
+    assert chunk_spread(two_states, "near") == pytest.approx(math.log(1.3))
+    cols = next_run_columns(row, two_states)
+    assert cols["next_run_drift"] == pytest.approx(math.log(1.3))
+    assert cols["next_run_high_ms"] == pytest.approx(1.3)
+    assert cols["next_run_low_ms"] == pytest.approx(1 / 1.3)
+    assert cols["next_run_basis"] == ("prior, 0 of 30 pairs measured here; widened to its own "
+                                      "chunks' spread (30.0%, interquartile)")
+    agreeing = [_chunks([1.0, 1.01, 0.99, 1.0, 1.02])]
+    assert next_run_columns(row, agreeing)["next_run_drift"] == PRIOR["tvm"]
+    assert chunk_spread([_chunks([1.0, 1.3, 1.0])], "near") is None  # too few chunks
+    elsewhere = [_chunks([1.0] * 4), _chunks([1.0, 1.5] * 4, placement="far", run_id="f")]
+    assert next_run_columns(row, elsewhere)["next_run_drift"] == PRIOR["tvm"]
+    assert next_run_columns(row)["next_run_drift"] == PRIOR["tvm"]  # no runs: the drift
+    assert row_drift(Drift("tvm", 0.05, 40), 0.04).half_width == 0.05
+
+
+def test_the_drift_line_names_the_runtimes_drift_and_the_rows_widened_past_it() -> None:
+    def row(drift: float, basis: str) -> ResultRow:
+        return ResultRow(point_key=f"p{drift}", backend="tvm", next_run_drift=drift,
+                         next_run_basis=basis)
+
+    line = drift_line([row(0.2, "this machine, 40 pairs; widened to its own chunks' "
+                                "spread (22.1%, interquartile)"),
+                       row(math.log(1.05), "this machine, 40 pairs")])
+    assert line == ("tvm ±5.0% (this machine, 40 pairs; 1 row(s) wider, by their own "
+                    "chunks' spread)")
+    assert drift_line([row(math.log(1.05), "this machine, 40 pairs")]) == \
+        "tvm ±5.0% (this machine, 40 pairs)"
 
 
 def test_an_unwritable_record_costs_the_pairs_not_the_sweep(

@@ -17,6 +17,19 @@ keeps those pairs across workspaces), and never narrower than the row's own inte
 Until the machine has `MIN_PAIRS` such pairs for a runtime, the range rests on `PRIOR`,
 measured on the VMs dlas has run on, and the row says so (`next_run_basis`).
 
+A runtime's drift is one figure for all its rows, and on a host whose state moves the
+rows do not drift alike. On a 2-vCPU Zen 4 whose SMT neighbours were busy most of the
+time (2026-11-30, four independent quickstart timing invocations), a short two-thread
+kernel's chunks read in states up to 1.35x apart within one placement (the sibling busy
+or idle), a long one's within 3%, and which state a run's few chunks fell in moved its
+row: the next invocation landed inside the runtime-wide range for 70% of TVM's rows, 42%
+of ONNX Runtime's and 58% of PyTorch's. A row's own chunks show how far its states lie
+apart, so its range is never narrower than their spread (`row_drift`: the interquartile
+ratio of its chunk medians in its placement). Replayed on those invocations' stored
+chunks, that took the coverage to 81%, 100% and 92%; on calmer runs (session 16's eight
+invocations) it widened almost nothing (TVM's half-widths: median 4.5%, 90th percentile
+4.6%, as before) and every next run was already inside.
+
 Comparisons (`dlas.report.comparisons`) widen the same way when two points were not timed
 in the same rounds (different timing workers, different invocations): a drift that hit
 one and not the other is then part of their ratio.
@@ -62,6 +75,26 @@ class Drift:
         return f"prior, {self.pairs} of {MIN_PAIRS} pairs measured here"
 
 
+@dataclass(frozen=True)
+class RowDrift:
+    """The half-width a row's next-run range is widened by, and what it rests on."""
+
+    #: |log ratio|: the runtime's drift, or the row's chunk spread where that is wider.
+    half_width: float
+    #: `Drift.basis`, plus the chunk spread where that set the width.
+    basis: str
+
+
+def row_drift(drift: Drift, chunk_spread: float | None) -> RowDrift:
+    """The row's half-width: its runtime's drift on this machine, or the spread of its own
+    chunks (`dlas.results.latency.chunk_spread`) where they lie further apart (see the
+    module doc: those states are where the next run's few chunks may fall)."""
+    if chunk_spread is None or chunk_spread <= drift.half_width:
+        return RowDrift(drift.half_width, drift.basis)
+    return RowDrift(chunk_spread, f"{drift.basis}; widened to its own chunks' spread "
+                                  f"({100 * math.expm1(chunk_spread):.1f}%, interquartile)")
+
+
 def prior(runtime: str) -> Drift:
     return Drift(runtime, PRIOR.get(runtime, PRIOR_OTHER), 0)
 
@@ -75,7 +108,7 @@ def estimate(runtime: str, log_ratios: Sequence[float]) -> Drift:
 
 
 def next_run_range(median: float, ci_low: float | None, ci_high: float | None,
-                   drift: Drift) -> tuple[float, float]:
+                   drift: Drift | RowDrift) -> tuple[float, float]:
     """(low, high) ms: `median` widened by the drift, never inside the row's own CI."""
     low, high = median * math.exp(-drift.half_width), median * math.exp(drift.half_width)
     return (min(low, ci_low) if ci_low is not None else low,

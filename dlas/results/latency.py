@@ -83,6 +83,19 @@ def groups(runs: Sequence[TimingRun], placement: str, *, allow_loaded: bool = Fa
     return {(run.run_id, r.index): list(r.samples_ms) for run, r in kept}
 
 
+def chunk_spread(runs: Sequence[TimingRun], placement: str) -> float | None:
+    """|log| of the interquartile ratio of the chunk medians in `placement` (usable runs,
+    disturbed chunks included: they are the states the next run may fall in), the
+    spread `dlas.results.drift.row_drift` widens a row's next-run range to; None with
+    fewer than `MIN_CHUNKS_FOR_FLOOR` chunks."""
+    used, loaded = usable_runs(runs)
+    medians = [float(np.median(r.samples_ms)) for _, r in _placed(used, placement, loaded)]
+    if len(medians) < MIN_CHUNKS_FOR_FLOOR:
+        return None
+    low, high = np.percentile(medians, [25, 75])
+    return float(np.log(high / low)) if low > 0 else None
+
+
 def usable_runs(runs: Sequence[TimingRun]) -> tuple[list[TimingRun], bool]:
     """(The runs figures come from, whether rounds taken on a busy machine are among
     them): clean runs when there are any, else all."""

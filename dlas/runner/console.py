@@ -99,13 +99,22 @@ def next_run_text(row: ResultRow, digits: int = 4) -> str:
 
 def drift_line(rows: list[ResultRow]) -> str | None:
     """'tvm ±6.1% (this machine, 84 pairs), onnxruntime ±12.7% (prior ...)': the drift
-    each runtime's next-run range was widened by, as the rows recorded it."""
-    seen: dict[str, str] = {}
+    each runtime's next-run range was widened by, as the rows recorded it: the narrowest
+    of its rows (the runtime's own), and how many rows their own chunks' spread widened
+    further (`dlas.results.drift.row_drift`)."""
+    by_runtime: dict[str, list[ResultRow]] = {}
     for row in rows:
-        if row.next_run_drift is not None and row.backend and row.backend not in seen:
-            seen[row.backend] = (f"{row.backend} ±{100 * math.expm1(row.next_run_drift):.1f}% "
-                                 f"({row.next_run_basis})")
-    return ", ".join(seen.values()) or None
+        if row.next_run_drift is not None and row.backend:
+            by_runtime.setdefault(row.backend, []).append(row)
+    parts = []
+    for runtime, mine in by_runtime.items():
+        base = min(mine, key=lambda r: r.next_run_drift or 0.0)
+        wider = sum(1 for r in mine if (r.next_run_drift or 0.0) > (base.next_run_drift or 0.0))
+        basis = (base.next_run_basis or "").split("; widened")[0]
+        parts.append(f"{runtime} ±{100 * math.expm1(base.next_run_drift or 0.0):.1f}% "
+                     f"({basis}" + (f"; {wider} row(s) wider, by their own chunks' spread"
+                                    if wider else "") + ")")
+    return ", ".join(parts) or None
 
 
 def interval_notes(rows: list[ResultRow], shown: Any, width: int = 100) -> list[str]:
@@ -118,7 +127,8 @@ def interval_notes(rows: list[ResultRow], shown: Any, width: int = 100) -> list[
     drift = drift_line(rows)
     if "next_run_ms" in shown:
         out.append("next run: where an independent run of the point lands (95%) in the same "
-                   "vCPU placement, the median widened by this machine's run-to-run drift"
+                   "vCPU placement, the median widened by this machine's run-to-run drift, "
+                   "or by the spread of the row's own chunks where that is wider"
                    + (f": {drift}" if drift else ""))
     if any(row.placement == FAR for row in rows):
         out.append("far: timed while the two vCPUs sat on distant cores, which slows "

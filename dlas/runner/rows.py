@@ -18,9 +18,10 @@ from typing import Any
 from dlas.measure.placement import LOCAL_PLACEMENTS
 from dlas.measure.record import TimingRun
 from dlas.results import drift_record
-from dlas.results.drift import next_run_range, prior
+from dlas.results.drift import next_run_range, prior, row_drift
 from dlas.results.environment import capture_environment
 from dlas.results.latency import (
+    chunk_spread,
     invocation_figures,
     latency_columns,
     legacy_run,
@@ -168,7 +169,7 @@ def finish_row(row: ResultRow, point: Point, trained: TrainFacts,
     runs = history or [timing_run_of(measured)]
     row.update(status="ok", timing_key=timing_key,
                **latency_columns(runs, point.budgets.ci_threshold))
-    return row.update(**next_run_columns(row))
+    return row.update(**next_run_columns(row, runs))
 
 
 def runtime_of(point: Point) -> str:
@@ -176,13 +177,16 @@ def runtime_of(point: Point) -> str:
     return point.tuning.name if point.is_baseline else "tvm"
 
 
-def next_run_columns(row: ResultRow) -> dict[str, Any]:
+def next_run_columns(row: ResultRow, runs: Sequence[TimingRun] = ()) -> dict[str, Any]:
     """Where the next independent run lands (`dlas.results.drift`): this machine's
-    drift for timings taken here, the prior for a board's (its own drift is not kept)."""
+    drift for timings taken here, the prior for a board's (its own drift is not kept),
+    never narrower than the spread of the row's own chunks in its placement (`runs`)."""
     runtime = row.backend or "tvm"
     assert row.latency_median_ms is not None
-    drift = (drift_record.machine_drift(runtime) if row.placement in LOCAL_PLACEMENTS
-             else prior(runtime))
+    machine = (drift_record.machine_drift(runtime) if row.placement in LOCAL_PLACEMENTS
+               else prior(runtime))
+    spread = chunk_spread(runs, row.placement) if runs and row.placement else None
+    drift = row_drift(machine, spread)
     low, high = next_run_range(row.latency_median_ms, row.latency_ci_low_ms,
                                row.latency_ci_high_ms, drift)
     return {"next_run_low_ms": low, "next_run_high_ms": high,
