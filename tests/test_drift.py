@@ -153,7 +153,7 @@ def test_the_drift_line_names_the_runtimes_drift_and_the_rows_widened_past_it() 
     line = drift_line([row(0.2, "this machine, 40 pairs; widened to its own chunks' "
                                 "spread (22.1%, interquartile)"),
                        row(math.log(1.05), "this machine, 40 pairs")])
-    assert line == ("tvm ±5.0% (this machine, 40 pairs; 1 row(s) wider, by their own "
+    assert line == ("tvm ±5.0% (this machine, 40 pairs; 1 row wider, by their own "
                     "chunks' spread)")
     assert drift_line([row(math.log(1.05), "this machine, 40 pairs")]) == \
         "tvm ±5.0% (this machine, 40 pairs)"

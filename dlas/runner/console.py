@@ -112,8 +112,8 @@ def drift_line(rows: list[ResultRow]) -> str | None:
         wider = sum(1 for r in mine if (r.next_run_drift or 0.0) > (base.next_run_drift or 0.0))
         basis = (base.next_run_basis or "").split("; widened")[0]
         parts.append(f"{runtime} ±{100 * math.expm1(base.next_run_drift or 0.0):.1f}% "
-                     f"({basis}" + (f"; {wider} row(s) wider, by their own chunks' spread"
-                                    if wider else "") + ")")
+                     f"({basis}" + (f"; {wider} row{'' if wider == 1 else 's'} wider, by "
+                                    "their own chunks' spread" if wider else "") + ")")
     return ", ".join(parts) or None
 
 
