@@ -21,7 +21,10 @@ cache readings and samples): per rule, the share of chunks it leaves out, how mu
 they ran than the variant's other chunks in the same placement (median ratio), and how many
 of the left-out and of the kept ones ran 10% or more slower. A rule worth its cost leaves
 out few chunks that ran much slower; one that leaves out many that ran as fast throws away
-rounds (and makes rows noisy) for nothing.
+rounds (and makes rows noisy) for nothing. Then, per variant and placement, its chunks with
+every CPU's reading at its usual level against those with one above it: which kernels a
+busy SMT neighbour slows, and by how much (on a Zen 4, 2026-11-30: ResNet18-w0.5's short
+two-thread kernels and baselines 1.1-1.3x, the 4.4 ms naive convs 1.00-1.05x).
 """
 
 from __future__ import annotations
@@ -145,6 +148,57 @@ def replay(db: Path, source: str) -> None:
         print(f"  {name:<36} leaves out {len(d)}/{n} ({len(d) / max(n, 1):.0%}); "
               f"median time left out {med(d)}, kept {med(k)}; 10% slower: left out "
               f"{slow(d)}, kept {slow(k)}")
+    by_variant(db, chunks, usual)
+
+
+def variant_names(db: Path) -> dict[str, str]:
+    """'resnet18 / weight_pruning / spatial_pack_csr / none' per point key."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select point_key, model, compression, algorithm, tuning "
+                           "from points").fetchall()
+    return {key: " / ".join(part.split("(")[0] if i < 2 else part[:24]
+                            for i, part in enumerate(parts))
+            for key, *parts in rows}
+
+
+def by_variant(db: Path, chunks: list[dict], usual: dict[str, np.ndarray]) -> None:
+    """Per variant and placement: its chunks' median time with every CPU's cache reading
+    at most `CONTENTION_FACTOR` x that CPU's usual one ("quiet": no SMT neighbour working
+    on a measurement CPU's core) against with one above it ("busy"), each within its own
+    timing runs (time over the run's median for the variant, so that runs of different
+    invocations pool). A variant a busy neighbour slows reads by the share of its chunks
+    taken so; one it does not slow shows ~1.00 whatever the rule flags."""
+    from dlas.measure.contention import CONTENTION_FACTOR
+
+    names = variant_names(db)
+    runs: dict[tuple, list[dict]] = {}
+    for c in chunks:
+        if c["state"] in ("near", "far"):
+            runs.setdefault((c["run"], c["key"], c["state"]), []).append(c)
+    table: dict[tuple[str, str], tuple[list[float], list[float], list[float]]] = {}
+    for (_run, key, state), members in runs.items():
+        base = float(np.median([c["ms"] for c in members]))
+        quiet, busy, ms = table.setdefault((names.get(key, key[:12]), state), ([], [], []))
+        for c in members:
+            noisy = any(v > CONTENTION_FACTOR * u
+                        for v, u in zip(c["before"], usual[c["run"]], strict=True))
+            (busy if noisy else quiet).append(c["ms"] / base)
+            ms.append(c["ms"])
+    print(f"  per variant: chunks with every CPU's reading <= {CONTENTION_FACTOR:.1f} x its "
+          "usual (quiet) against one above (busy); time over the run's median")
+    print(f"    {'variant':<62} {'placement':<6} {'ms':>7} {'quiet':>5} {'busy':>5} "
+          f"{'quiet':>6} {'busy':>6} {'busy/quiet':>10}")
+    lines = []
+    for (name, state), (quiet, busy, ms) in table.items():
+        if len(quiet) < 2 or len(busy) < 2:
+            continue
+        q, b = float(np.median(quiet)), float(np.median(busy))
+        lines.append((b / q, f"    {name:<62} {state:<6} {np.median(ms):7.3f} {len(quiet):5d} "
+                              f"{len(busy):5d} {q:6.3f} {b:6.3f} {b / q:9.2f}x"))
+    for _, line in sorted(lines, reverse=True):
+        print(line)
 
 
 def main() -> None:
