@@ -8,7 +8,8 @@ several GB where pip takes the CPU wheel on disk. So this reads what `pip config
 reports (files and PIP_* variables alike) and says it in uv's words; uv is also told to pick
 the best match across all indexes, as pip does.
 
-Run with the venv's python: `python scripts/pip_sources.py`.
+Run with the python whose pip is configured (setup.sh: the interpreter the venv is made
+from, since the venv has no pip until uv installs one): `python scripts/pip_sources.py`.
 """
 
 from __future__ import annotations
