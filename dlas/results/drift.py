@@ -20,8 +20,8 @@ measured on the VMs dlas has run on, and the row says so (`next_run_basis`).
 A runtime's drift is one figure for all its rows, and on a host whose state moves the
 rows do not drift alike. On a 2-vCPU Zen 4 whose SMT neighbours were busy most of the
 time (2026-11-30, four independent quickstart timing invocations), a short two-thread
-kernel's chunks read in states up to 1.35x apart within one placement (the sibling busy
-or idle), a long one's within 3%, and which state a run's few chunks fell in moved its
+kernel's chunks read 1.1-1.3x slower with a sibling busy than with both idle, in one
+placement, a long one's within 5%, and which state a run's few chunks fell in moved its
 row: the next invocation landed inside the runtime-wide range for 70% of TVM's rows, 42%
 of ONNX Runtime's and 58% of PyTorch's. A row's own chunks show how far its states lie
 apart, so its range is never narrower than their spread (`row_drift`: the interquartile
