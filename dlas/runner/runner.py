@@ -189,10 +189,13 @@ class Runner(PlanExecutor):
                 try:
                     done = self._prepare(state, pending)
                 except EntryBusy as busy:
-                    if busy.holder and self.executor.is_helper(busy.holder.pid,
-                                                               busy.holder.host):
-                        # this run's helper took the compile after `_hand_over` looked:
-                        # come back for it, and its group waits (as for SKIP)
+                    if busy.holder is None or self.executor.is_helper(busy.holder.pid,
+                                                                      busy.holder.host):
+                        # this run's helper took the compile after `_hand_over` looked,
+                        # or a process took the claim and has not yet written its name
+                        # in it (it does right after locking; CI once read it between
+                        # the two and timed a model in two groups): come back for it,
+                        # and its group waits (as for SKIP); by then the holder is known
                         skipped = True
                         continue
                     state.busy = busy
