@@ -17,6 +17,8 @@ vCPU placement (|log ratio| median / worst) and the coverage of each kind of int
   against invocation to invocation: which of the two the drift comes with;
 - the shift common to a runtime's rows between two invocations, and what is left after
   removing it: what a per-runtime control workload could correct at best;
+- the next-run ranges as the rows wrote them: their half-widths per runtime, and how many
+  rows their own chunks' spread widened past the runtime's drift (`dlas.results.drift`);
 - the cost: wall time per invocation (only timing runs: everything else is cached).
 
 Every figure is the row's own rule (`dlas.results.latency`, `dlas.results.reproducibility`).
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +80,8 @@ class Invocation:
     placed: dict[str, dict[str, Figure]]
     first: dict[str, Figure]       # the first timing run alone (the default budgets)
     passes: dict[str, list[tuple[str, float]]]  # per point: (placement, median) per run
+    #: per point: (runtime, its next-run half-width, whether its own chunks' spread set it)
+    widths: dict[str, tuple[str, float, bool]] = field(default_factory=dict)
 
 
 def fresh_copy(source: Path, dest: Path) -> None:
@@ -116,7 +120,7 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
     from dlas.results.latency import latency_columns
     from dlas.results.store import ResultStore
 
-    rows, first, passes, placed = {}, {}, {}, {}
+    rows, first, passes, placed, widths = {}, {}, {}, {}, {}
     started = math.inf
     with ResultStore(workspace / "results.db") as store:
         for row in store.rows(status="ok"):
@@ -129,6 +133,8 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
             figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
+            widths[row.point_key] = (runtime, drift.half_width,
+                                     "own chunks' spread" in (row.next_run_basis or ""))
             pooled = latency_columns(runs, ci_threshold=math.inf)  # the row, by its rule
             ci = (pooled["latency_ci_low_ms"], pooled["latency_ci_high_ms"])
             rows[row.point_key] = Figure(
@@ -148,7 +154,7 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
             passes[row.point_key] = [(str(f["placement"]), f["latency_median_ms"])
                                      for f in figs]
             started = min(started, runs[0].started_at)
-    return Invocation(workspace, started, rows, placed, first, passes)
+    return Invocation(workspace, started, rows, placed, first, passes, widths)
 
 
 def common_placement(inv: Invocation, other: Invocation) -> dict[str, Figure]:
@@ -256,6 +262,16 @@ def report(invocations: list[Invocation], walls: list[float] | None = None) -> N
             shift, rest = shifts.get(runtime, ([], []))
             print(f"    {runtime}: shift common to its rows {summary(shift)}; "
                   f"left after removing it {summary(rest)}")
+    print("\nnext-run ranges as the rows wrote them: half-width median / 90th percentile, "
+          "and the rows their own chunks' spread widened past the runtime's drift")
+    for runtime in runtimes:
+        mine = [(w, own) for i in invocations for rt, w, own in i.widths.values()
+                if rt == runtime]
+        if mine:
+            half = [w for w, _ in mine]
+            print(f"  {runtime:<12} {pct(float(np.median(half)))} / "
+                  f"{pct(float(np.percentile(half, 90)))}; widened {sum(o for _, o in mine)} "
+                  f"of {len(mine)}")
     print("\npass to pass within one invocation (single runs, same placement)")
     for runtime, values in sorted(within(invocations).items(), key=lambda kv: kv[0] != "tvm"):
         print(f"  {runtime:<12} {summary(values)}")
