@@ -26,9 +26,9 @@ row: the next invocation landed inside the runtime-wide range for 70% of TVM's r
 of ONNX Runtime's and 58% of PyTorch's. A row's own chunks show how far its states lie
 apart, so its range is never narrower than their spread (`row_drift`: the interquartile
 ratio of its chunk medians in its placement). Replayed on those invocations' stored
-chunks, that took the coverage to 81%, 100% and 92%; on calmer runs (session 16's eight
-invocations) it widened almost nothing (TVM's half-widths: median 4.5%, 90th percentile
-4.6%, as before) and every next run was already inside.
+chunks, that took the coverage to 81%, 100% and 92%; on calmer runs (eight invocations
+on the evening before, same host class) it widened almost nothing (TVM's half-widths:
+median 4.5%, 90th percentile 4.6%, as before) and every next run was already inside.
 
 Comparisons (`dlas.report.comparisons`) widen the same way when two points were not timed
 in the same rounds (different timing workers, different invocations): a drift that hit
