@@ -116,7 +116,7 @@ def shortened(run: TimingRun, rounds: int | None) -> TimingRun:
 
 
 def load(workspace: Path, rounds: int | None = None) -> Invocation:
-    from dlas.results.drift import Drift, next_run_range
+    from dlas.results.drift import Drift, next_run_range, widened
     from dlas.results.latency import latency_columns
     from dlas.results.store import ResultStore
 
@@ -133,8 +133,7 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
             figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
-            widths[row.point_key] = (runtime, drift.half_width,
-                                     "own chunks' spread" in (row.next_run_basis or ""))
+            widths[row.point_key] = (runtime, drift.half_width, widened(row.next_run_basis))
             pooled = latency_columns(runs, ci_threshold=math.inf)  # the row, by its rule
             ci = (pooled["latency_ci_low_ms"], pooled["latency_ci_high_ms"])
             rows[row.point_key] = Figure(

@@ -157,6 +157,13 @@ def test_the_drift_line_names_the_runtimes_drift_and_the_rows_widened_past_it() 
                     "chunks' spread)")
     assert drift_line([row(math.log(1.05), "this machine, 40 pairs")]) == \
         "tvm ±5.0% (this machine, 40 pairs)"
+    # every row widened (PyTorch has one row per model and compression): no row shows the
+    # runtime's own drift, and the line does not pass a widened one off as it
+    assert drift_line([row(0.2, "prior, 3 of 30 pairs measured here; widened to its own "
+                                "chunks' spread (22.1%, interquartile)"),
+                       row(0.1, "prior, 3 of 30 pairs measured here; widened to its own "
+                                "chunks' spread (10.5%, interquartile)")]) == \
+        "tvm ±10.5% to ±22.1% (every row by its own chunks' spread)"
 
 
 def test_an_unwritable_record_costs_the_pairs_not_the_sweep(

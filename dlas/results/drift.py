@@ -85,13 +85,22 @@ class RowDrift:
     basis: str
 
 
+#: How `next_run_basis` says that a row's own chunks set its range (`row_drift`).
+WIDENED = "; widened to its own chunks' spread"
+
+
+def widened(basis: str | None) -> bool:
+    """Whether a row's `next_run_basis` says its own chunks' spread set its range."""
+    return WIDENED in (basis or "")
+
+
 def row_drift(drift: Drift, chunk_spread: float | None) -> RowDrift:
     """The row's half-width: its runtime's drift on this machine, or the spread of its own
     chunks (`dlas.results.latency.chunk_spread`) where they lie further apart (see the
     module doc: those states are where the next run's few chunks may fall)."""
     if chunk_spread is None or chunk_spread <= drift.half_width:
         return RowDrift(drift.half_width, drift.basis)
-    return RowDrift(chunk_spread, f"{drift.basis}; widened to its own chunks' spread "
+    return RowDrift(chunk_spread, f"{drift.basis}{WIDENED} "
                                   f"({100 * math.expm1(chunk_spread):.1f}%, interquartile)")
 
 

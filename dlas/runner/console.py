@@ -21,6 +21,7 @@ from rich.text import Text
 from dlas.compiler.fallbacks import by_reason as fallback_reasons
 from dlas.compiler.fallbacks import summary as fallback_summary
 from dlas.measure.placement import FAR
+from dlas.results.drift import widened
 from dlas.runner.eta import TIMED, RunningEstimate
 from dlas.runner.fit import Column, Footnotes, fitted_table, left_out_line
 from dlas.runner.labels import legend_lines, short_labels, wrap
@@ -99,21 +100,28 @@ def next_run_text(row: ResultRow, digits: int = 4) -> str:
 
 def drift_line(rows: list[ResultRow]) -> str | None:
     """'tvm ±6.1% (this machine, 84 pairs), onnxruntime ±12.7% (prior ...)': the drift
-    each runtime's next-run range was widened by, as the rows recorded it: the narrowest
-    of its rows (the runtime's own), and how many rows their own chunks' spread widened
-    further (`dlas.results.drift.row_drift`)."""
+    each runtime's next-run range was widened by, as the rows recorded it: the runtime's
+    own (its narrowest row that its chunks did not widen), and how many rows their own
+    chunks' spread widened further (`dlas.results.drift.row_drift`)."""
     by_runtime: dict[str, list[ResultRow]] = {}
     for row in rows:
         if row.next_run_drift is not None and row.backend:
             by_runtime.setdefault(row.backend, []).append(row)
     parts = []
     for runtime, mine in by_runtime.items():
-        base = min(mine, key=lambda r: r.next_run_drift or 0.0)
-        wider = sum(1 for r in mine if (r.next_run_drift or 0.0) > (base.next_run_drift or 0.0))
-        basis = (base.next_run_basis or "").split("; widened")[0]
+        plain = [r for r in mine if not widened(r.next_run_basis)]
+        wider = len(mine) - len(plain)
+        if not plain:  # no row shows the runtime's own drift
+            low, high = (f(r.next_run_drift or 0.0 for r in mine) for f in (min, max))
+            parts.append(f"{runtime} ±{100 * math.expm1(low):.1f}% to "
+                         f"±{100 * math.expm1(high):.1f}% (every row by its own chunks' "
+                         "spread)")
+            continue
+        base = min(plain, key=lambda r: r.next_run_drift or 0.0)
         parts.append(f"{runtime} ±{100 * math.expm1(base.next_run_drift or 0.0):.1f}% "
-                     f"({basis}" + (f"; {wider} row{'' if wider == 1 else 's'} wider, by "
-                                    "their own chunks' spread" if wider else "") + ")")
+                     f"({base.next_run_basis}" + (f"; {wider} row{'' if wider == 1 else 's'} "
+                                                  "wider, by their own chunks' spread"
+                                                  if wider else "") + ")")
     return ", ".join(parts) or None
 
 
