@@ -121,9 +121,9 @@ def export_onnx(model: torch.nn.Module, input_shape: tuple[int, ...]) -> bytes:
     point. The two graphs compute the same function and differ where the model pools
     (GlobalAveragePool + Flatten against ReduceMean + Reshape); ONNX Runtime ran the two
     exports of ResNet18-w0.5 and MobileNetV2-w0.5 at 16x16 and 32x32 within 2% of each
-    other
-    (`benchmarks/onnx_export.py`, through the baseline's own timing path). A TorchScript
-    export that computes another function than the module (`_differs`) is not used."""
+    other (`benchmarks/onnx_export.py`, through the baseline's own timing path). A
+    TorchScript export that computes another function than the module (`_differs`) is
+    not used."""
     model = model.eval()
     example = torch.zeros((1, *input_shape), dtype=torch.float32)
     try:
