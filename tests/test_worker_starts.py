@@ -117,3 +117,49 @@ def test_a_runs_second_model_is_timed_in_the_spare_started_with_the_first(
     assert report.ok == 2
     assert len(timed) == 2
     assert starts_at == ([1, 1] if spares == "1" else [1, 2]), starts_at
+
+
+def test_a_passes_first_group_is_timed_in_the_spare_started_with_the_last_pass_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One model in two timing passes: pass 1's only group starts its worker and a spare
+    (another pass follows), pass 2's group takes that spare and starts nothing, and no
+    worker outlives the run."""
+    import dlas.targets.host as host
+    from dlas.runner.passes import run_in_passes
+
+    monkeypatch.setattr(host, "available_cores", lambda: 2)
+    monkeypatch.setenv(worker_starts.ENV, "")
+    monkeypatch.setenv("DLAS_COMPILE_AHEAD", "0")
+    starts_at: list[int] = []
+    procs: list[subprocess.Popen[str]] = []
+    real = worker_starts.start_worker
+
+    def counted(python: str, env: dict[str, str]) -> subprocess.Popen[str]:
+        starts_at.append(len(timed))
+        procs.append(real(python, env))
+        return procs[-1]
+
+    timed: list[str] = []
+    monkeypatch.setattr(worker_starts, "start_worker", counted)
+    runner = Runner(Workspace(tmp_path, tmp_path / "cache"), progress=False,
+                    machine_lock=MachineLock(tmp_path / "locks"))
+    real_begin = runner.begin
+
+    def begin() -> None:  # each run's fresh stage executor, its timings counted
+        real_begin()
+        real_timings = runner.executor.timings
+
+        def timings(entries, title=None):  # noqa: ANN001, ANN202
+            timed.append(title or "")
+            return real_timings(entries, title)
+
+        runner.executor.timings = timings  # type: ignore[method-assign]
+
+    runner.begin = begin  # type: ignore[method-assign]
+    report = run_in_passes(runner, parse_config(tiny_sweep("passes", algorithms=["direct"])),
+                           passes=2)
+    assert report.ok == 1
+    assert len(timed) == 2
+    assert starts_at == [1, 1], starts_at  # both at pass 1's group; none at pass 2's
+    assert all(proc.poll() is not None for proc in procs)
+    assert not runner.another_run_follows and runner._starts is None

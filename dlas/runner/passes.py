@@ -59,6 +59,8 @@ def run_in_passes(executor: SweepExecutor, config: SweepConfig, *, fail_fast: bo
                          retry_failed=retry_failed, remeasure=remeasure)
     finally:
         executor.console.table_in_summary = table
+        executor.another_run_follows = False
+        executor.end_runs()
     if table and total > 1 and report.rows:
         executor.console.results(report)  # the rows as the last pass left them
         executor.console.out.print(f"{total} timing passes; wall time "
@@ -92,6 +94,8 @@ def _passes(executor: SweepExecutor, config: SweepConfig, total: int, *, fail_fa
                 continue  # every point has this pass's run already (a resumed run)
             executor.console.note(f"timing {len(dropped)} point(s) again{of}, so each "
                                   "row's figures pool runs spread over time (docs/timing.md)")
+        # a spare timing worker imports beside this pass's last group, for the next pass
+        executor.another_run_follows = done + 1 < total
         report = executor.run(config, fail_fast=fail_fast,
                               retry_failed=retry_failed and done == 0, only=only)
         if retry_failed and done == 0:

@@ -76,6 +76,10 @@ class Runner(PlanExecutor):
         self.claims = Claims(self.cache.root)
         self.machine_lock = machine_lock or MachineLock()
         self._ahead: CompileAhead | None = None
+        #: The timing workers kept from the last run while another follows: a spare that
+        #: imported beside its last group serves the next run's first
+        #: (`dlas.runner.worker_starts`).
+        self._starts: WorkerStarts | None = None
         self.begin()
 
     def begin(self) -> None:
@@ -118,15 +122,27 @@ class Runner(PlanExecutor):
 
     def walk(self, run: SweepRun, plans: list[PointPlan]) -> None:
         self._ahead = self._compile_ahead(plans)
-        starts = self.executor.worker_starts = WorkerStarts()
+        starts, self._starts = self._starts or WorkerStarts(), None
+        self.executor.worker_starts = starts
+        finished = False
         try:
             self._walk(run, plans)
+            finished = True
         finally:
-            starts.close()
             self.executor.worker_starts = None
+            if finished and self.another_run_follows:
+                self._starts = starts  # its spare serves the next run's first group
+            else:
+                starts.close()
             if self._ahead is not None:
                 self._ahead.close()
                 self._ahead = None
+
+    def end_runs(self) -> None:
+        """Let the spare kept for a next run go (`run_in_passes` ended)."""
+        if self._starts is not None:
+            self._starts.close()
+            self._starts = None
 
     def _compile_ahead(self, plans: list[PointPlan]) -> CompileAhead | None:
         """Helpers for the run's untuned compiles (`dlas.runner.compile_ahead`): none on
@@ -228,9 +244,11 @@ class Runner(PlanExecutor):
             self._ahead.drain()  # a timing holds the machine alone: let helpers finish
         starts = self.executor.worker_starts
         if starts is not None:
-            # a spare imports beside this group's worker when another group follows
+            # a spare imports beside this group's worker when another group follows, in
+            # this run or (a timing pass) in the next
             later = {s.plan.group for s in pending if s.plan.timed is not None}
-            starts.spares = spare_count() if later - {members[0].plan.group} else 0
+            follows = bool(later - {members[0].plan.group}) or self.another_run_follows
+            starts.spares = spare_count() if follows else 0
         outcomes = self.executor.timings([(s.plan.point, s.plan.keys) for s in members],
                                          group_title(members[0].plan.point))
         finished = False

@@ -54,6 +54,8 @@ class SweepExecutor(Protocol):
     report: RunReport
     #: What timing runs record as their source: "sweep", or "remeasure".
     timing_source: str
+    #: Set by `dlas.runner.passes.run_in_passes` while another pass follows this run.
+    another_run_follows: bool
 
     def run(self, config: SweepConfig, *, fail_fast: bool = False,
             retry_failed: bool = False, only: frozenset[str] | None = None) -> RunReport:
@@ -62,6 +64,11 @@ class SweepExecutor(Protocol):
         `budgets.timing_passes` (each takes its share of the rounds and samples);
         `dlas.runner.passes.run_in_passes` runs all of them. `only`: the keys of the
         points to run (the later passes of a `--retry-failed` run); None, all."""
+        ...
+
+    def end_runs(self) -> None:
+        """The last of a series of runs has ended (`run_in_passes`, whatever way it
+        ended): let go of what was kept for a run to follow."""
         ...
 
 
@@ -90,6 +97,7 @@ class PlanExecutor(ABC):
         self.progress = self.console.progress
         self.report = RunReport()
         self.timing_source = "sweep"
+        self.another_run_follows = False
 
     # -- what an executor supplies ----------------------------------------------------
 
@@ -129,6 +137,10 @@ class PlanExecutor(ABC):
                     report.wall_seconds = time.perf_counter() - start
                     self.console.summary(report)
         return report
+
+    def end_runs(self) -> None:  # noqa: B027 - only the local executor keeps anything
+        """After the last of a series of runs (`run_in_passes`): let go of what was kept
+        for the next one (the local executor's spare timing worker)."""
 
     def begin(self) -> None:  # noqa: B027 - the local executor renews its stage executor
         """Called once a run's report exists, before anything else happens."""
