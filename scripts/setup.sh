@@ -29,17 +29,19 @@ if [ ! -f "$stamp" ]; then
   # from the interpreter's pip: the venv has none yet) in about a tenth of the time (44 s
   # -> 5 s on a 2-vCPU Zen 4); pip does it where uv cannot. uv's own wheel comes from the
   # interpreter's pip pointed at the venv (`--python`, pip 22.3 and later), asked for
-  # briefly, so that a machine without a network reaches pip's path in seconds.
-  if "$PYTHON" -m pip --python "$VENV/bin/python" install "${PIP[@]}" --retries 1 \
-        --timeout 15 uv 2>&1 | quiet \
-      && "$PYTHON" scripts/pip_sources.py > "$VENV/.uv-sources" \
-      && mapfile -d '' SOURCES < "$VENV/.uv-sources" \
-      && "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${SOURCES[@]}" \
-           pip "setuptools>=64" wheel "torch==2.13.0" -e ".[test]" > "$VENV/uv-install.log" 2>&1
+  # briefly, so that a machine without a network reaches pip's path in seconds. Every
+  # step writes to one log, so that whichever failed, the log says why.
+  log="$VENV/uv-install.log"
+  if { "$PYTHON" -m pip --python "$VENV/bin/python" install "${PIP[@]}" --retries 1 \
+         --timeout 15 uv \
+       && "$PYTHON" scripts/pip_sources.py > "$VENV/.uv-sources" \
+       && mapfile -d '' SOURCES < "$VENV/.uv-sources" \
+       && "$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" "${SOURCES[@]}" \
+            pip "setuptools>=64" wheel "torch==2.13.0" -e ".[test]"; } > "$log" 2>&1
   then
     :
   else
-    echo "uv could not install (why: $VENV/uv-install.log); installing with pip ..."
+    echo "uv could not install (why: $log); installing with pip ..."
     "$VENV/bin/python" -m pip --version >/dev/null 2>&1 \
       || "$VENV/bin/python" -m ensurepip --upgrade --default-pip >/dev/null
     "$VENV/bin/python" -m pip install "${PIP[@]}" "setuptools>=64" wheel 2>&1 | quiet
