@@ -163,3 +163,30 @@ def test_a_passes_first_group_is_timed_in_the_spare_started_with_the_last_pass_l
     assert starts_at == [1, 1], starts_at  # both at pass 1's group; none at pass 2's
     assert all(proc.poll() is not None for proc in procs)
     assert not runner.another_run_follows and runner._starts is None
+
+
+def test_a_waiting_worker_takes_paths_with_a_tab_and_a_newline(tmp_path: Path) -> None:
+    """The request travels as one JSON line, so a temporary folder whose name holds a tab
+    or a newline (TMPDIR is the user's) still reaches the worker whole: an empty request
+    is read and answered with an empty result."""
+    import json
+    from types import SimpleNamespace
+
+    import cloudpickle
+
+    from dlas.runner.worker_starts import hand_request
+
+    odd = tmp_path / "a\tb\nc"
+    odd.mkdir()
+    request, result = odd / "request.pkl", odd / "result.json"
+    request.write_bytes(cloudpickle.dumps(SimpleNamespace(
+        threads=1, cpus=None, cache_dir=str(tmp_path / "cache"),
+        workspace_root=str(tmp_path), members=[], mode="time", probe_placement=False)))
+    proc = start_worker(sys.executable, worker_env(1))
+    try:
+        assert await_ready(proc)
+        hand_request(proc, request, result)
+        assert proc.wait(60) == 0
+        assert json.loads(result.read_text()) == []
+    finally:
+        worker_starts.stop(proc)

@@ -1,5 +1,5 @@
 """The timing worker's own process: `python -m dlas.runner.timing_worker REQUEST RESULT`,
-or `--wait` to import first and read `REQUEST<TAB>RESULT` from stdin
+or `--wait` to import first and read `[REQUEST, RESULT]` (one JSON line) from stdin
 (`dlas.runner.worker_starts`).
 
 It starts fresh, so no timing depends on what the sweep's process did before (trained,
@@ -218,12 +218,12 @@ def _import_runtimes() -> None:
 
 
 def _await_request() -> list[str] | None:
-    """A spare's wait: import, say so, then read `REQUEST<TAB>RESULT` from stdin; None
-    at the end of the input (the run needed no more workers)."""
+    """A spare's wait: import, say so, then read `[REQUEST, RESULT]` (a JSON line) from
+    stdin; None at the end of the input (the run needed no more workers)."""
     _import_runtimes()
     _emitter()(event="ready")
     line = sys.stdin.readline().rstrip("\n")
-    return line.split("\t") if line else None
+    return [str(path) for path in json.loads(line)] if line else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         args = waited
     if len(args) != 2:
         print("usage: python -m dlas.runner.timing_worker REQUEST RESULT "
-              "(or --wait, then REQUEST<TAB>RESULT on stdin)", file=sys.stderr)
+              "(or --wait, then [REQUEST, RESULT] as one JSON line on stdin)", file=sys.stderr)
         return 2
     import cloudpickle
 

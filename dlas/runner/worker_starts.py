@@ -23,8 +23,10 @@ What stays as it was:
   stopped, not used.
 
 The protocol: `python -m dlas.runner.timing_worker --wait` imports, prints
-`{"event": "ready"}`, and reads one line, `REQUEST<TAB>RESULT`, from its stdin; at the end
-of its input it exits without timing. `DLAS_SPARE_TIMING_WORKERS=0` turns spares off.
+`{"event": "ready"}`, and reads one line from its stdin: the JSON list `[REQUEST, RESULT]`,
+so that paths of any characters travel (a tab or a newline in the temporary folder's name).
+At the end of its input it exits without timing. `DLAS_SPARE_TIMING_WORKERS=0` turns spares
+off.
 """
 
 from __future__ import annotations
@@ -108,15 +110,15 @@ def await_ready(proc: subprocess.Popen[str]) -> bool:
             return True
 
 
-def hand_request(proc: subprocess.Popen[str], request: Path, result: Path) -> bool:
-    """Give a waiting worker its request: False when it is gone (its exit code says why)."""
+def hand_request(proc: subprocess.Popen[str], request: Path, result: Path) -> None:
+    """Give a waiting worker its request; if it is gone, nothing (its exit code says
+    why)."""
     assert proc.stdin is not None
     try:
-        proc.stdin.write(f"{request}\t{result}\n")
+        proc.stdin.write(json.dumps([str(request), str(result)]) + "\n")
         proc.stdin.close()
     except OSError:  # BrokenPipeError: it died meanwhile
-        return False
-    return True
+        pass
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
