@@ -69,6 +69,8 @@ class Figure:
     median: float
     ci: tuple[float, float]
     next_run: tuple[float, float]
+    #: The point, short: model / compression / algorithm / tuning (option names only).
+    label: str = ""
 
 
 @dataclass
@@ -132,13 +134,17 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
             # each run's own figure, by the row's rule (as the report's reproducibility)
             figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
+            label = " / ".join((part or "-").split("(")[0] for part in (
+                row.model, row.compression, row.algorithm, row.tuning))
+            if row.algorithm and "(" in row.algorithm:  # the layout row is its own variant
+                label = label.replace(row.algorithm.split("(")[0], row.algorithm, 1)
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
             widths[row.point_key] = (runtime, drift.half_width, widened(row.next_run_basis))
             pooled = latency_columns(runs, ci_threshold=math.inf)  # the row, by its rule
             ci = (pooled["latency_ci_low_ms"], pooled["latency_ci_high_ms"])
             rows[row.point_key] = Figure(
                 runtime, str(pooled["placement"]), pooled["latency_median_ms"], ci,
-                next_run_range(pooled["latency_median_ms"], *ci, drift))
+                next_run_range(pooled["latency_median_ms"], *ci, drift), label)
             placed[row.point_key] = {
                 state: Figure(runtime, state, fig["median_ms"],
                               (fig["ci_low_ms"], fig["ci_high_ms"]),
@@ -198,6 +204,26 @@ def agreement(invocations: list[Invocation], which: str
             out[x.runtime]["log ratio"].append(abs(math.log(y.median / x.median)))
             out[x.runtime]["in CI"].append(float(x.ci[0] <= y.median <= x.ci[1]))
             out[x.runtime]["in range"].append(float(x.next_run[0] <= y.median <= x.next_run[1]))
+    return out
+
+
+def worst_pairs(invocations: list[Invocation], which: str
+                ) -> dict[str, tuple[float, str, str]]:
+    """Per runtime: its largest |log ratio| between consecutive invocations (same
+    placement), the point's label (from the rows) and the two figures, to say which row
+    sets the worst case."""
+    out: dict[str, tuple[float, str, str]] = {}
+    for n, (a, b) in enumerate(zip(invocations, invocations[1:], strict=False), start=1):
+        fa, fb = figures_of(a, b, which), figures_of(b, a, which)
+        for key in fa.keys() & fb.keys():
+            x, y = fa[key], fb[key]
+            if x.placement != y.placement:
+                continue
+            ratio = abs(math.log(y.median / x.median))
+            if ratio > out.get(x.runtime, (-1.0, "", ""))[0]:
+                out[x.runtime] = (ratio, a.rows[key].label or key,
+                                  f"{x.median:.3f} -> {y.median:.3f} ms, {x.placement}, "
+                                  f"invocations {n} -> {n + 1}")
     return out
 
 
@@ -261,6 +287,9 @@ def report(invocations: list[Invocation], walls: list[float] | None = None) -> N
             shift, rest = shifts.get(runtime, ([], []))
             print(f"    {runtime}: shift common to its rows {summary(shift)}; "
                   f"left after removing it {summary(rest)}")
+        for runtime, (ratio, label, figures) in sorted(
+                worst_pairs(invocations, which).items(), key=lambda kv: kv[0] != "tvm"):
+            print(f"    {runtime}: worst {pct(ratio)}, {label} ({figures})")
     print("\nnext-run ranges as the rows wrote them: half-width median / 90th percentile, "
           "and the rows their own chunks' spread widened past the runtime's drift")
     for runtime in runtimes:
