@@ -134,10 +134,11 @@ def load(workspace: Path, rounds: int | None = None) -> Invocation:
             # each run's own figure, by the row's rule (as the report's reproducibility)
             figs = [latency_columns([r], ci_threshold=math.inf) for r in runs]
             runtime = row.backend or "tvm"
-            label = " / ".join((part or "-").split("(")[0] for part in (
-                row.model, row.compression, row.algorithm, row.tuning))
-            if row.algorithm and "(" in row.algorithm:  # the layout row is its own variant
-                label = label.replace(row.algorithm.split("(")[0], row.algorithm, 1)
+            # option names only, but the algorithm whole: its params (a layout) make it
+            # a variant of its own
+            label = " / ".join([(row.model or "-").split("(")[0],
+                                (row.compression or "-").split("(")[0], row.algorithm or "-",
+                                (row.tuning or "-").split("(")[0]])
             drift = Drift(runtime, row.next_run_drift or 0.0, 0)
             widths[row.point_key] = (runtime, drift.half_width, widened(row.next_run_basis))
             pooled = latency_columns(runs, ci_threshold=math.inf)  # the row, by its rule
