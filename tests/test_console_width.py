@@ -389,15 +389,20 @@ def test_interval_notes_are_wrapped_to_the_terminal_not_left_to_it() -> None:
 
 def test_the_estimate_corrects_itself_as_stages_finish() -> None:
     """Planned 100 s over two compiles (40 s each) and a measure timed in 2 passes (20 s):
-    a run whose first compile took 80 s projects the rest at twice the plan's pace; the
-    line says so beside the first estimate, and the projection ends at the time spent."""
+    a run whose first compile took 80 s projects the rest at its pace so far blended with
+    the plan's (the plan weighing as half its seconds: (80 + 50) / (40 + 50)); the line says
+    so beside the first estimate, and the projection ends at the time spent."""
+    from dlas.runner.eta import PLAN_WEIGHT
+
+    assert PLAN_WEIGHT == 0.5
     from dlas.runner.eta import RunningEstimate
 
-    eta = RunningEstimate.of(100.0, [("compile", "a", 40.0), ("compile", "b", 40.0),
-                                     ("measure", "m", 20.0)], {"measure"}, passes=2)
+    eta = RunningEstimate.of(100.0, [("compile", "a", 40.0, 0.0), ("compile", "b", 0.0, 40.0),
+                                     ("measure", "m", 0.0, 20.0)], {"measure"}, passes=2)
     assert eta.projected_s(10.0) == 100.0  # nothing done: the plan
     eta.finished("compile", "a")
-    assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 2.0)
+    assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 130.0 / 90.0)
+    assert eta.projected_s(40.0) == pytest.approx(100.0)  # on the plan's pace: the plan
     eta.finished("compile", "a")  # a key reported again counts once
     eta.finished("train", "x")  # not planned (cached when planned): ignored
     assert eta.done_s == 40.0
@@ -409,10 +414,12 @@ def test_the_estimate_corrects_itself_as_stages_finish() -> None:
     console = RunConsole(progress=False, console=Console(width=120, record=True))
     console.started = time.monotonic() - 80
     console.estimated_s = 100.0
-    console.eta = RunningEstimate.of(100.0, [("compile", "a", 40.0), ("compile", "b", 40.0),
-                                             ("measure", "m", 20.0)], {"measure"}, passes=2)
+    console.eta = RunningEstimate.of(100.0, [("compile", "a", 40.0, 0.0),
+                                             ("compile", "b", 40.0, 0.0),
+                                             ("measure", "m", 20.0, 0.0)], {"measure"},
+                                            passes=2)
     console.stage("compile", "done", "a", 80.0)
-    assert "(1m20s of ~3m20s, at this run's pace; ~1m40s estimated)" in console.elapsed()
+    assert "(1m20s of ~2m47s, at this run's pace; ~1m40s estimated)" in console.elapsed()
 
 
 def test_timed_stages_count_at_each_passs_point_end() -> None:
@@ -423,7 +430,8 @@ def test_timed_stages_count_at_each_passs_point_end() -> None:
 
     assert TIMED == TIMED_STAGES
     console = RunConsole(progress=False, console=Console(width=120, record=True))
-    console.eta = RunningEstimate.of(30.0, [("compile", "c", 10.0), ("measure", "m", 20.0)],
+    console.eta = RunningEstimate.of(30.0, [("compile", "c", 10.0, 0.0),
+                                            ("measure", "m", 20.0, 0.0)],
                                      set(TIMED), passes=2)
     console.stage("measure", "done", "m", 5.0)  # not counted here
     assert console.eta.done_s == 0.0
@@ -434,3 +442,52 @@ def test_timed_stages_count_at_each_passs_point_end() -> None:
     console.point_end(row)  # a third report: still two passes
     console.stage("compile", "done", "c", 9.0)
     assert console.eta.done_s == 30.0 and console.eta.projected_s(42.0) == 42.0
+
+
+def test_a_timing_groups_members_count_when_its_rounds_end_not_line_by_line() -> None:
+    """The executor says each member timed as the group's rounds end (`timed`); its line
+    then counts nothing again, and a point timed without a group still counts at its line."""
+    from dlas.runner.eta import RunningEstimate
+
+    console = RunConsole(progress=False, console=Console(width=120, record=True))
+    console.eta = RunningEstimate.of(40.0, [("measure", "a", 20.0, 0.0),
+                                            ("measure", "b", 20.0, 0.0)],
+                                     {"measure"}, passes=2)
+    console.timed("measure", "a")
+    console.timed("measure", "b")
+    assert console.eta.done_s == 20.0  # both members' first pass, before any line
+    console.point_end(_row(1, "direct", timing_key="a", max_abs_diff=1e-6))
+    console.point_end(_row(2, "gemm", timing_key="b", max_abs_diff=1e-6))
+    assert console.eta.done_s == 20.0
+    console.point_end(_row(1, "direct", timing_key="a", max_abs_diff=1e-6))  # no group
+    assert console.eta.done_s == 30.0
+    RunConsole(progress=False).timed("measure", "a")  # no estimate: nothing to count
+
+
+def test_a_timed_stages_passes_count_as_the_plan_priced_them() -> None:
+    """The built-in cost gives a later timing pass `LATER_PASS_SHARE` of the first's
+    seconds (it re-checks one input where the first verifies in full); a measured entry
+    gives every pass the same. Each pass's end credits that share, not an even split: an
+    even split credited the quickstart's first pass a third of its timing where it took
+    half, and its projection sat high until the last pass."""
+    from dlas.estimate.costmodel import LATER_PASS_SHARE
+    from dlas.runner.eta import RunningEstimate
+
+    assert 0 < LATER_PASS_SHARE < 1
+    # built in: 3 passes at 1 + 0.5 + 0.5 shares of 40 s; measured: 3 x 10 s
+    eta = RunningEstimate.of(110.0, [("train", "t", 0.0, 40.0),
+                                     ("measure", "m", 30.0, 40.0)], {"measure"},
+                             passes=3, later_share=0.5)
+    eta.finished("train", "t")
+    eta.finished("measure", "m")
+    assert eta.done_s == pytest.approx(40.0 + 10.0 + 20.0)  # the first pass: half
+    assert eta.projected_s(70.0) == pytest.approx(110.0)  # on plan: the plan
+    eta.finished("measure", "m")
+    assert eta.done_s == pytest.approx(70.0 + 10.0 + 10.0)
+    eta.finished("measure", "m")
+    eta.finished("measure", "m")  # a fourth report: still three passes
+    assert eta.done_s == pytest.approx(110.0)
+    one = RunningEstimate.of(10.0, [("measure", "m", 4.0, 6.0)], {"measure"}, passes=1,
+                             later_share=0.5)
+    one.finished("measure", "m")
+    assert one.done_s == pytest.approx(10.0)

@@ -363,6 +363,7 @@ class StageExecutor:
                 self.tally.seconds[stage.name] += facts.seconds
                 self._facts[name] = facts
                 results.append(facts)
+                self.console.timed(stage.name, key)
         return results
 
 
