@@ -269,6 +269,30 @@ def test_early_stopping_counts_trials_without_improvement() -> None:
     assert p.trials == 5 and p.errors == 1 and p.since_best == 3
 
 
+def _candidates(hook) -> list[str]:  # noqa: ANN001
+    """Every measured candidate's trace in the hook's database, in the order stored."""
+    db_dir = Path(hook.report.database)
+    lines = (db_dir / "database_tuning_record.json").read_text().splitlines()
+    return [json.dumps(json.loads(line)[1][0], sort_keys=True) for line in lines]
+
+
+def test_one_seed_searches_the_same_candidates_in_every_fresh_database(tmp_path: Path) -> None:
+    """Two fresh databases, one seed: the search measures the same candidates. With the
+    strategy on two threads (`SEARCH_THREADS`), TVM's parallel sampling drew other ones in
+    every run, and a quickstart's tuned row (and its observation's verdict) moved with it."""
+    from dlas.tuning.metaschedule.tune import SEARCH_THREADS
+
+    assert SEARCH_THREADS == 1
+    model = _model()
+    imp = import_torch_model(model, SHAPE)
+    params = {"trials": 8, "trials_per_task": 8, "trials_per_iter": 8, "population": 32}
+    first, _ = _tune(imp, "gemm", tmp_path / "one", tmp_path / "a", **params)
+    second, _ = _tune(imp, "gemm", tmp_path / "two", tmp_path / "b", **params)
+    ours, theirs = _candidates(first), _candidates(second)
+    assert len(ours) > 4
+    assert sorted(ours) == sorted(theirs)
+
+
 def test_early_stopping_ends_a_real_task(tmp_path: Path) -> None:
     model = _model()
     imp = import_torch_model(model, SHAPE)

@@ -78,6 +78,18 @@ from dlas.tuning.metaschedule.vector_space import vector_space
 
 log = logging.getLogger(__name__)
 
+#: Threads of MetaSchedule's search strategy (a TuneContext's `num_threads`), not of its
+#: builder (a pool of processes) or its runner. The evolutionary search samples and mutates
+#: its population in TVM's `parallel_for_dynamic`, each thread drawing from its own random
+#: state, so which candidate a draw makes depends on how the threads were scheduled: with
+#: two threads, one seed gave a different first batch in every run (three fresh 16x16
+#: quickstarts on a Zen 4 shared 1-5 of each task's 16-33 candidates; their tuned GEMM read
+#: 2.11, 2.44 and 2.49 ms, and observation XI was held in one and not in the others). With
+#: one, the seed decides the candidates; only near-ties between measured ones can still
+#: fall either way. The search's own time is small beside building and timing candidates
+#: (0.17 s for a first batch of 32 on one thread, 0.10 s on two).
+SEARCH_THREADS = 1
+
 
 @dataclass
 class TuningSettings:
@@ -362,7 +374,7 @@ class MetaScheduleHook:
             ctx = ms.TuneContext(mod=job.task.mod, target=target,
                                  space_generator=self._space(job.task, job.kind, target),
                                  task_name=job.task.name, rand_state=s.seed,
-                                 num_threads=s.builder_workers)
+                                 num_threads=SEARCH_THREADS)
             pairs.append((job.task, list(ctx.space_generator.postprocs or [])))
         counts = measure_transfers(db, pairs, target, self._builder(),
                                    self._candidate_runner, s.transfer_sources)
@@ -488,7 +500,7 @@ class MetaScheduleHook:
                                        search_strategy=TaskSearch(strategy.clone(), job.need, p,
                                                                   shared),
                                        task_name=job.task.name,
-                                       rand_state=s.seed, num_threads=s.builder_workers,
+                                       rand_state=s.seed, num_threads=SEARCH_THREADS,
                                        logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
                         for job, p in zip(jobs, progress, strict=True)]
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
