@@ -234,7 +234,7 @@ def test_obs_11_geomean_speedup_on_its_interval(tuned: tuple[float, float],
     assert accel.status == status
     # the interval is the timing's; the evidence says the search is one draw
     assert accel.evidence[0].startswith("tuned over untuned: geometric-mean speedup")
-    assert "one search, the one its seed draws" in accel.evidence[1]
+    assert "one draw of its search" in accel.evidence[1]
 
 
 def _untuned_tuned(untuned: dict[str, tuple[float, float]],

@@ -280,9 +280,13 @@ def test_one_seed_searches_the_same_candidates_in_every_fresh_database(tmp_path:
     """Two fresh databases, one seed: the search measures the same candidates. With the
     strategy on two threads (`SEARCH_THREADS`), TVM's parallel sampling drew other ones in
     every run, and a quickstart's tuned row (and its observation's verdict) moved with it."""
-    from dlas.tuning.metaschedule.tune import SEARCH_THREADS
+    from dlas.tuning.metaschedule.cost_model import ChanceRanking
+    from dlas.tuning.metaschedule.tune import SEARCH_THREADS, search_threads
 
     assert SEARCH_THREADS == 1
+    # a session that ranks by chance (this one: 8 trials) searches on one thread; one whose
+    # cost model predicts follows its measurements and keeps every worker
+    assert search_threads(ChanceRanking(0), 16) == 1 and search_threads("xgb", 16) == 16
     model = _model()
     imp = import_torch_model(model, SHAPE)
     params = {"trials": 8, "trials_per_task": 8, "trials_per_iter": 8, "population": 32}

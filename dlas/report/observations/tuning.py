@@ -69,9 +69,9 @@ def _accelerates(pairs: list[tuple[ReportPoint, ReportPoint]]) -> Part:
     return Part("tuning accelerates dramatically", status_of(at_least(gm, DRAMATIC)), [
         f"tuned over untuned: geometric-mean speedup {gm.text(unit='x')} over {len(pairs)} "
         f"points (rule: >= {DRAMATIC}x, a tie when the interval spans it)",
-        "each tuned point is one search, the one its seed draws: the interval covers its "
-        "timing, not another draw of the search (another seed is another search; "
-        "docs/tuning.md, 'One seed, one search')"],
+        "each tuned point is one draw of its search: the interval covers its timing, not "
+        "another draw (another seed is another search; docs/tuning.md, 'One seed, one "
+        "search')"],
         [ComparedPair(f"{t.platform} {t.model_label} {short(t.compression)} "
                     f"{t.algorithm_label}", u, t) for u, t in pairs])
 

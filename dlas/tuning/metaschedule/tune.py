@@ -34,7 +34,7 @@ from dlas import registry
 from dlas.compiler.gpu_schedule import GpuScheduler
 from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
-from dlas.tuning.metaschedule.cost_model import session_cost_model
+from dlas.tuning.metaschedule.cost_model import ChanceRanking, session_cost_model
 from dlas.tuning.metaschedule.database import TuningDatabase, workload_key
 from dlas.tuning.metaschedule.measure import (
     ArgumentsRunner,
@@ -78,17 +78,28 @@ from dlas.tuning.metaschedule.vector_space import vector_space
 
 log = logging.getLogger(__name__)
 
-#: Threads of MetaSchedule's search strategy (a TuneContext's `num_threads`), not of its
-#: builder (a pool of processes) or its runner. The evolutionary search samples and mutates
-#: its population in TVM's `parallel_for_dynamic`, each thread drawing from its own random
-#: state, so which candidate a draw makes depends on how the threads were scheduled: with
-#: two threads, one seed gave a different first batch in every run (three fresh 16x16
-#: quickstarts on a Zen 4 shared 1-5 of each task's 16-33 candidates; their tuned GEMM read
-#: 2.11, 2.44 and 2.49 ms, and observation XI was held in one and not in the others). With
-#: one, the seed decides the candidates; only near-ties between measured ones can still
-#: fall either way. The search's own time is small beside building and timing candidates
-#: (0.17 s for a first batch of 32 on one thread, 0.10 s on two).
+#: Threads of MetaSchedule's search strategy (a TuneContext's `num_threads`, not its
+#: builder's, a pool of processes, nor its runner's) in a session ranked by chance
+#: (`cost_model.ChanceRanking`: up to 100 trials, the quickstart's 64). The evolutionary
+#: search samples and mutates its population in TVM's `parallel_for_dynamic`, each thread
+#: drawing from its own random state, so which candidate a draw makes depends on how the
+#: threads were scheduled: with two threads, one seed gave a different first batch in every
+#: run (three fresh 16x16 quickstarts on a Zen 4 shared 1-5 of each task's 16-33 candidates;
+#: their tuned GEMM read 2.13, 2.46 and 2.49 ms, and observation XI was held in one and not
+#: in the others). On one thread the seed decides the candidates, and a chance-ranked
+#: session's whole search with them; only near-ties between measured candidates can still
+#: fall either way. It costs the quickstart's tuned point 3-4 s (a first batch of 32 for its
+#: largest GEMM task: 2.34 s to draw on one thread, 1.24 s on two). A session whose cost
+#: model predicts follows its measurements once it does, which no seed fixes, and draws
+#: from a population of 512 by default, 21.7 s a batch on one thread against 11.4 s on two
+#: (and about 1.5 s on a 16-core machine's 16): it keeps every builder worker.
 SEARCH_THREADS = 1
+
+
+def search_threads(cost_model: Any, workers: int) -> int:
+    """The search strategy's threads in a session ranked by `cost_model` on a machine with
+    `workers` builder workers (see `SEARCH_THREADS`)."""
+    return SEARCH_THREADS if isinstance(cost_model, ChanceRanking) else workers
 
 
 @dataclass
@@ -374,7 +385,7 @@ class MetaScheduleHook:
             ctx = ms.TuneContext(mod=job.task.mod, target=target,
                                  space_generator=self._space(job.task, job.kind, target),
                                  task_name=job.task.name, rand_state=s.seed,
-                                 num_threads=SEARCH_THREADS)
+                                 num_threads=s.builder_workers)
             pairs.append((job.task, list(ctx.space_generator.postprocs or [])))
         counts = measure_transfers(db, pairs, target, self._builder(),
                                    self._candidate_runner, s.transfer_sources)
@@ -492,6 +503,7 @@ class MetaScheduleHook:
             task_signature(job.task.mod): job.task.index_constants()
             for job in jobs if job.task.index_constants()})
         strategy = evolutionary_search(s.population)
+        threads = search_threads(cost_model, s.builder_workers)
         shared = SessionBudget(budget)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
@@ -500,7 +512,7 @@ class MetaScheduleHook:
                                        search_strategy=TaskSearch(strategy.clone(), job.need, p,
                                                                   shared),
                                        task_name=job.task.name,
-                                       rand_state=s.seed, num_threads=SEARCH_THREADS,
+                                       rand_state=s.seed, num_threads=threads,
                                        logger=ms.logging.get_logger("tvm.s_tir.meta_schedule"))
                         for job, p in zip(jobs, progress, strict=True)]
             callbacks = [*ms.measure_callback.MeasureCallback.create("default"),
