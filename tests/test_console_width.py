@@ -390,18 +390,18 @@ def test_interval_notes_are_wrapped_to_the_terminal_not_left_to_it() -> None:
 def test_the_estimate_corrects_itself_as_stages_finish() -> None:
     """Planned 100 s over two compiles (40 s each) and a measure timed in 2 passes (20 s):
     a run whose first compile took 80 s projects the rest at its pace so far blended with
-    the plan's (the plan weighing as half its seconds: (80 + 50) / (40 + 50)); the line says
-    so beside the first estimate, and the projection ends at the time spent."""
+    the plan's (the plan weighing as a quarter of its seconds: (80 + 25) / (40 + 25)); the
+    line says so beside the first estimate, and the projection ends at the time spent."""
     from dlas.runner.eta import PLAN_WEIGHT
 
-    assert PLAN_WEIGHT == 0.5
+    assert PLAN_WEIGHT == 0.25
     from dlas.runner.eta import RunningEstimate
 
     eta = RunningEstimate.of(100.0, [("compile", "a", 40.0, 0.0), ("compile", "b", 0.0, 40.0),
                                      ("measure", "m", 0.0, 20.0)], {"measure"}, passes=2)
     assert eta.projected_s(10.0) == 100.0  # nothing done: the plan
     eta.finished("compile", "a")
-    assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 130.0 / 90.0)
+    assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 105.0 / 65.0)
     assert eta.projected_s(40.0) == pytest.approx(100.0)  # on the plan's pace: the plan
     eta.finished("compile", "a")  # a key reported again counts once
     eta.finished("train", "x")  # not planned (cached when planned): ignored
@@ -419,7 +419,7 @@ def test_the_estimate_corrects_itself_as_stages_finish() -> None:
                                              ("measure", "m", 20.0, 0.0)], {"measure"},
                                             passes=2)
     console.stage("compile", "done", "a", 80.0)
-    assert "(1m20s of ~2m47s, at this run's pace; ~1m40s estimated)" in console.elapsed()
+    assert "(1m20s of ~2m57s, at this run's pace; ~1m40s estimated)" in console.elapsed()
 
 
 def test_timed_stages_count_at_each_passs_point_end() -> None:

@@ -8,11 +8,15 @@ to compute (`dlas.estimate.Estimate.tasks`) and, as stages finish, projects the 
 pace the run has kept so far: the wall time spent over the planned seconds done, with the
 plan counted as `PLAN_WEIGHT` of its own seconds kept at its own pace. So a run's first
 stages, which carry its one-off costs (a process's first training step, a timing group
-waiting for a placement), move the projection less than later ones: replaying two 16x16
-quickstarts on a Zen 4, the projection's worst overshoot fell from 31-33% to 18-20% (its
-mean error from 6% to 5-6%), while a run uniformly 1.2x slower than its plan is projected
-within 5% by its half-way point. The projection reaches the time spent when the last planned stage
-finishes.
+waiting for a placement), move the projection less than later ones. The weight trades two
+errors. Replaying two calm 16x16 quickstarts on a Zen 4, whose first stages ran slow and
+the rest fast, the early overshoot was 31-33% with the run's pace trusted from a fifth of
+the plan on (before), 24% with a quarter of the plan as prior and 18-20% with half; but a
+run uniformly 1.24x slower than its plan (the Zen 4 in a slow state; a Zen 3 against a
+plan fitted elsewhere) is projected 7% short at a quarter of the way and 3% at half with a
+quarter as prior, 10% and 5% with half, where trusting its pace early is exact. The issue
+that asked for the projection was a slow machine's, so the prior is a quarter. The
+projection reaches the time spent when the last planned stage finishes.
 
 A timed stage (`measure`, `baseline`) is planned once per timing pass; the console counts
 it when its point ends (a later pass times it in a group worker, not as a stage), each
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 
 #: The plan's own pace weighs as this share of its seconds, at pace 1, beside the seconds
 #: done at the run's pace (a prior: see the module doc).
-PLAN_WEIGHT = 0.5
+PLAN_WEIGHT = 0.25
 #: The stages timed in every pass (`dlas.stages.TIMED_STAGES`, kept here so the console
 #: need not import the stages).
 TIMED = frozenset({"measure", "baseline"})
