@@ -4,6 +4,10 @@ Each invocation is `dlas run CONFIG --passes P` in its own copy of a finished wo
 with the results database, the timing entries and the verification records removed
 (`cache/measure`, `cache/baseline`, `cache/verified`): it shares the trained, compressed
 and compiled artifacts, so only timing runs, and nothing of the others' timing history.
+With `--fresh` each invocation is the whole sweep in an empty workspace, as two users meet
+it: training, compression, compiles and tuning searches are each invocation's own, so a
+stage that does not reproduce (a tuning search drawn by thread scheduling, as MetaSchedule's
+was: docs/tuning.md, "One seed, one search") shows as rows that disagree.
 They run one after another, minutes apart, with the default budgets unless `--passes`
 says otherwise (`--passes 1`: one 10-round pass, the default before 3 short ones). Printed
 per runtime (TVM, ONNX Runtime, PyTorch), comparing each invocation with the next within one
@@ -31,6 +35,7 @@ apart say more about the hour than about the code.
 
     python benchmarks/independent.py --from WORKSPACE [--config C] [--invocations 4]
                                      [--passes 3] [--out DIR] [--against CHECKOUT]
+    python benchmarks/independent.py --fresh [--config C] [--invocations 4] [...]
     python benchmarks/independent.py --analyse DIR [DIR ...] [--rounds-per-pass K]
 """
 
@@ -93,6 +98,13 @@ def fresh_copy(source: Path, dest: Path) -> None:
     shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*NOT_COPIED))
     for name in TIMING_ENTRIES:
         shutil.rmtree(dest / "cache" / name, ignore_errors=True)
+
+
+def empty(dest: Path) -> None:
+    """An empty workspace at `dest` (`--fresh`): the sweep computes every stage."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
 
 
 def invoke(config: str, workspace: Path, passes: int | None, root: Path = ROOT) -> float:
@@ -314,6 +326,9 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from", dest="source", type=Path,
                         help="a finished workspace of CONFIG (its artifacts are copied)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="each invocation the whole sweep in an empty workspace, nothing "
+                             "shared (instead of --from)")
     parser.add_argument("--config", default=str(ROOT / "configs" / "quickstart.yaml"))
     parser.add_argument("--invocations", type=int, default=4)
     parser.add_argument("--passes", type=int, default=None,
@@ -332,8 +347,9 @@ def main() -> None:
     if args.analyse:
         report([load(p, args.rounds_per_pass) for p in args.analyse])
         return
-    if args.source is None:
-        parser.error("--from WORKSPACE (a finished sweep of --config) or --analyse DIRS")
+    if (args.source is None) == (not args.fresh):
+        parser.error("one of --from WORKSPACE (a finished sweep of --config) and --fresh, "
+                     "or --analyse DIRS")
     args.out.mkdir(parents=True, exist_ok=True)
     sides = {"invocation": ROOT, **({"against": args.against.resolve()} if args.against else {})}
     walls: dict[str, list[float]] = {name: [] for name in sides}
@@ -341,7 +357,10 @@ def main() -> None:
     for i in range(args.invocations):
         for name, root in sides.items():  # alternated: a spell of the machine hits both
             ws = args.out / f"{name}{i + 1}"
-            fresh_copy(args.source, ws)
+            if args.fresh:
+                empty(ws)
+            else:
+                fresh_copy(args.source, ws)
             walls[name].append(invoke(args.config, ws, args.passes, root))
             done[name].append(load(ws))
             print(f"{name} {i + 1} ({root}): {walls[name][-1]:.0f} s", flush=True)
