@@ -270,7 +270,8 @@ def common_shift(invocations: list[Invocation], which: str
     return out
 
 
-def report(invocations: list[Invocation], walls: list[float] | None = None) -> None:
+def report(invocations: list[Invocation], walls: list[float] | None = None,
+           fresh: bool = False) -> None:
     from dlas.results.drift_record import this_machine
 
     invocations = sorted(invocations, key=lambda i: i.started)
@@ -317,7 +318,8 @@ def report(invocations: list[Invocation], walls: list[float] | None = None) -> N
     for runtime, values in sorted(within(invocations).items(), key=lambda kv: kv[0] != "tvm"):
         print(f"  {runtime:<12} {summary(values)}")
     if walls:
-        print(f"\nwall time per invocation (timing only; all else cached): "
+        what = "the whole sweep" if fresh else "timing only; all else cached"
+        print(f"\nwall time per invocation ({what}): "
               f"{', '.join(f'{w:.0f} s' for w in walls)}; median {np.median(walls):.0f} s")
 
 
@@ -367,7 +369,7 @@ def main() -> None:
     for name, root in sides.items():
         if args.against:
             print(f"\n=== {root}")
-        report(done[name], walls[name])
+        report(done[name], walls[name], fresh=args.fresh)
     if args.against:
         ratio = np.median(walls["invocation"]) / np.median(walls["against"])
         print(f"\nwall time, this checkout over {args.against}: x{ratio:.2f} (medians)")
