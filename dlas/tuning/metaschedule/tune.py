@@ -86,13 +86,15 @@ log = logging.getLogger(__name__)
 #: threads were scheduled: with two threads, one seed gave a different first batch in every
 #: run (three fresh 16x16 quickstarts on a Zen 4 shared 1-5 of each task's 16-33 candidates;
 #: their tuned GEMM read 2.13, 2.46 and 2.49 ms, and observation XI was held in one and not
-#: in the others). On one thread the seed decides the candidates, and a chance-ranked
-#: session's whole search with them; only near-ties between measured candidates can still
-#: fall either way. It costs the quickstart's tuned point 3-4 s (a first batch of 32 for its
-#: largest GEMM task: 2.34 s to draw on one thread, 1.24 s on two). A session whose cost
-#: model predicts follows its measurements once it does, which no seed fixes, and draws
-#: from a population of 512 by default, 21.7 s a batch on one thread against 11.4 s on two
-#: (and about 1.5 s on a 16-core machine's 16): it keeps every builder worker.
+#: in the others). On one thread the seed decides each task's first batch, and so the
+#: whole search of a session that gives each task one batch (the quickstart's); later
+#: batches breed from the best measured candidates, so near-ties in the timing can still
+#: steer them, as they can choose between two measured candidates. It costs the
+#: quickstart's tuned point 3-4 s (a first batch of 32 for its largest GEMM task: 2.34 s to
+#: draw on one thread, 1.24 s on two). A session whose cost model predicts follows its
+#: measurements once it does, which no seed fixes, and draws from a population of 512 by
+#: default, 21.7 s a batch on one thread against 11.4 s on two: it keeps every builder
+#: worker.
 SEARCH_THREADS = 1
 
 
