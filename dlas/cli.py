@@ -263,13 +263,12 @@ def _print_run_estimate(config, workspace,  # noqa: ANN001
     console.print(f"estimated {duration(est.total_s)} on this machine ({len(est.tasks)} "
                   "stages to compute; dlas plan --estimate for the breakdown)",
                   markup=False)
-    from dlas.estimate.costmodel import LATER_PASS_SHARE
+    from dlas.estimate.costmodel import pass_weights
     from dlas.stages import TIMED_STAGES
 
     return RunningEstimate.of(float(est.total_s),
                               [(t.stage, t.key, t.measured_s, t.builtin_s) for t in est.tasks],
-                              set(TIMED_STAGES), config.budgets.timing_passes,
-                              later_share=LATER_PASS_SHARE)
+                              set(TIMED_STAGES), pass_weights(config.budgets.timing_passes))
 
 
 def _executor(args: argparse.Namespace, workspace: Any) -> SweepExecutor:

@@ -398,7 +398,8 @@ def test_the_estimate_corrects_itself_as_stages_finish() -> None:
     from dlas.runner.eta import RunningEstimate
 
     eta = RunningEstimate.of(100.0, [("compile", "a", 40.0, 0.0), ("compile", "b", 0.0, 40.0),
-                                     ("measure", "m", 0.0, 20.0)], {"measure"}, passes=2)
+                                     ("measure", "m", 0.0, 20.0)], {"measure"},
+                             pass_weights=(1.0, 1.0))
     assert eta.projected_s(10.0) == 100.0  # nothing done: the plan
     eta.finished("compile", "a")
     assert eta.projected_s(80.0) == pytest.approx(80.0 + 60.0 * 105.0 / 65.0)
@@ -417,7 +418,7 @@ def test_the_estimate_corrects_itself_as_stages_finish() -> None:
     console.eta = RunningEstimate.of(100.0, [("compile", "a", 40.0, 0.0),
                                              ("compile", "b", 40.0, 0.0),
                                              ("measure", "m", 20.0, 0.0)], {"measure"},
-                                            passes=2)
+                                            pass_weights=(1.0, 1.0))
     console.stage("compile", "done", "a", 80.0)
     assert "(1m20s of ~2m57s, at this run's pace; ~1m40s estimated)" in console.elapsed()
 
@@ -432,7 +433,7 @@ def test_timed_stages_count_at_each_passs_point_end() -> None:
     console = RunConsole(progress=False, console=Console(width=120, record=True))
     console.eta = RunningEstimate.of(30.0, [("compile", "c", 10.0, 0.0),
                                             ("measure", "m", 20.0, 0.0)],
-                                     set(TIMED), passes=2)
+                                     set(TIMED), pass_weights=(1.0, 1.0))
     console.stage("measure", "done", "m", 5.0)  # not counted here
     assert console.eta.done_s == 0.0
     row = _row(1, "direct", timing_key="m", max_abs_diff=1e-6)
@@ -452,7 +453,7 @@ def test_a_timing_groups_members_count_when_its_rounds_end_not_line_by_line() ->
     console = RunConsole(progress=False, console=Console(width=120, record=True))
     console.eta = RunningEstimate.of(40.0, [("measure", "a", 20.0, 0.0),
                                             ("measure", "b", 20.0, 0.0)],
-                                     {"measure"}, passes=2)
+                                     {"measure"}, pass_weights=(1.0, 1.0))
     console.timed("measure", "a")
     console.timed("measure", "b")
     assert console.eta.done_s == 20.0  # both members' first pass, before any line
@@ -470,14 +471,14 @@ def test_a_timed_stages_passes_count_as_the_plan_priced_them() -> None:
     gives every pass the same. Each pass's end credits that share, not an even split: an
     even split credited the quickstart's first pass a third of its timing where it took
     half, and its projection sat high until the last pass."""
-    from dlas.estimate.costmodel import LATER_PASS_SHARE
+    from dlas.estimate.costmodel import LATER_PASS_SHARE, pass_weights
     from dlas.runner.eta import RunningEstimate
 
-    assert 0 < LATER_PASS_SHARE < 1
+    assert LATER_PASS_SHARE == 0.5 and pass_weights(3) == (1.0, 0.5, 0.5)
     # built in: 3 passes at 1 + 0.5 + 0.5 shares of 40 s; measured: 3 x 10 s
     eta = RunningEstimate.of(110.0, [("train", "t", 0.0, 40.0),
                                      ("measure", "m", 30.0, 40.0)], {"measure"},
-                             passes=3, later_share=0.5)
+                             pass_weights=pass_weights(3))
     eta.finished("train", "t")
     eta.finished("measure", "m")
     assert eta.done_s == pytest.approx(40.0 + 10.0 + 20.0)  # the first pass: half
@@ -487,7 +488,7 @@ def test_a_timed_stages_passes_count_as_the_plan_priced_them() -> None:
     eta.finished("measure", "m")
     eta.finished("measure", "m")  # a fourth report: still three passes
     assert eta.done_s == pytest.approx(110.0)
-    one = RunningEstimate.of(10.0, [("measure", "m", 4.0, 6.0)], {"measure"}, passes=1,
-                             later_share=0.5)
+    one = RunningEstimate.of(10.0, [("measure", "m", 4.0, 6.0)], {"measure"},
+                             pass_weights=pass_weights(1))
     one.finished("measure", "m")
     assert one.done_s == pytest.approx(10.0)

@@ -135,6 +135,13 @@ HELPER_OVERLAP = 0.75
 #: (16x16, five quickstarts, most near 0.45).
 LATER_PASS_SHARE = 0.5
 
+
+def pass_weights(passes: int) -> tuple[float, ...]:
+    """Each timing pass's cost as a share of the first's, in the built-in cost: 1 for the
+    first, `LATER_PASS_SHARE` for each later one (what a run's projection credits each
+    pass with, `dlas.runner.eta`)."""
+    return (1.0,) + (LATER_PASS_SHARE,) * (max(passes, 1) - 1)
+
 #: Per component, the layers whose options a measured entry must share to stand for
 #: another, most telling first; an entry that does not share the first is not used.
 SIGNATURE: dict[str, tuple[str, ...]] = {

@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dlas.estimate.costmodel import LATER_PASS_SHARE, SIGNATURE, components, helper_factor
+from dlas.estimate.costmodel import SIGNATURE, components, helper_factor, pass_weights
 from dlas.estimate.measured import Measured, WorkspaceRecord, load_workspace
 from dlas.estimate.schedule import CostedStage, ScheduleResult, simulate
 from dlas.estimate.work import StageWork, parent_of, shared_kernels, stage_work
@@ -213,7 +213,7 @@ def estimate_sweep(config: SweepConfig, cache_root: Path, db_path: Path,
             if stage in TIMED_STAGES and passes > 1:
                 # built in: later passes re-check one input and time, a share of the
                 # first; a measured entry is whichever pass stored it, so it counts whole
-                times = 1 + LATER_PASS_SHARE * (passes - 1)
+                times = sum(pass_weights(passes))
                 m_s, b_s = m_s * passes, b_s * times
                 basis = f"{basis}; {passes} passes (built in x{times:g})"
             index[(stage, keys[stage])] = len(tasks)

@@ -29,7 +29,7 @@ and a quickstart's projection sat 10% high through its first pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 #: The plan's own pace weighs as this share of its seconds, at pace 1, beside the seconds
@@ -53,19 +53,20 @@ class RunningEstimate:
 
     @classmethod
     def of(cls, total_s: float, tasks: Iterable[tuple[str, str, float, float]],
-           timed: set[str], passes: int, later_share: float = 1.0) -> RunningEstimate:
+           timed: set[str], pass_weights: Sequence[float] = (1.0,)) -> RunningEstimate:
         """From the estimate's (stage, key, measured seconds, built-in seconds) tasks;
-        `timed` stages run `passes` times, a later pass costing `later_share` of the
-        first's built-in seconds (see the module doc)."""
-        passes = max(passes, 1)
+        `timed` stages run once per timing pass, each pass's built-in seconds weighed as
+        `pass_weights` says (the estimate's `dlas.estimate.costmodel.pass_weights`: see
+        the module doc)."""
+        passes = len(pass_weights)
         planned: dict[tuple[str, str], tuple[float, ...]] = {}
         for stage, key, measured_s, builtin_s in tasks:
-            if stage not in timed or passes == 1:
+            if stage not in timed or passes <= 1:
                 planned[(stage, key)] = (measured_s + builtin_s,)
                 continue
-            weights = [1.0] + [later_share] * (passes - 1)
-            planned[(stage, key)] = tuple(measured_s / passes + builtin_s * w / sum(weights)
-                                          for w in weights)
+            planned[(stage, key)] = tuple(measured_s / passes
+                                          + builtin_s * w / sum(pass_weights)
+                                          for w in pass_weights)
         return cls(total_s, planned)
 
     def finished(self, stage: str, key: str) -> None:
