@@ -297,6 +297,22 @@ def test_one_seed_searches_the_same_candidates_in_every_fresh_database(tmp_path:
     assert sorted(ours) == sorted(theirs)
 
 
+def test_a_gpu_session_searches_on_every_worker() -> None:
+    """On a GPU ~95% of random schedules fail its limits, so drawing a batch is mostly
+    rejecting samples (27-30 s on one thread, 11 s on two, for a batch of 32 of ResNet18's
+    largest GEMM task): a GPU session's search keeps every builder worker, whatever ranks
+    it; a CPU one ranked by chance searches on one thread (`SEARCH_THREADS`)."""
+    import tvm
+
+    from dlas.tuning.metaschedule.cost_model import ChanceRanking
+    from dlas.tuning.metaschedule.tune import search_threads
+
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    assert search_threads(ChanceRanking(0), 16, cuda) == 16
+    assert search_threads("xgb", 16, cuda) == 16
+    assert search_threads(ChanceRanking(0), 16, tvm.target.Target(host_target())) == 1
+
+
 def test_early_stopping_ends_a_real_task(tmp_path: Path) -> None:
     model = _model()
     imp = import_torch_model(model, SHAPE)

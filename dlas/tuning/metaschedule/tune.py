@@ -94,13 +94,21 @@ log = logging.getLogger(__name__)
 #: draw on one thread, 1.24 s on two). A session whose cost model predicts follows its
 #: measurements once it does, which no seed fixes, and draws from a population of 512 by
 #: default, 21.7 s a batch on one thread against 11.4 s on two: it keeps every builder
-#: worker.
+#: worker. So does a session for a GPU: there ~95% of random schedules fail the GPU's
+#: limits (`VerifyGPUCode`), so drawing a batch is mostly rejecting samples. A batch of 32
+#: for ResNet18-w0.5's largest GEMM task (16x16, sm_90) took 27-30 s to draw on one thread
+#: against 11.2-11.6 s on two (this Zen 4), and the H200's tuned GEMM point (2026-11-30)
+#: spent ~100 s of its 116 s tuning on two tasks' searches, on one thread of sixteen cores.
+#: Its search is a draw of the threads as well as of the seed (docs/tuning.md).
 SEARCH_THREADS = 1
 
 
-def search_threads(cost_model: Any, workers: int) -> int:
-    """The search strategy's threads in a session ranked by `cost_model` on a machine with
-    `workers` builder workers (see `SEARCH_THREADS`)."""
+def search_threads(cost_model: Any, workers: int, target: tvm.target.Target | None = None,
+                   ) -> int:
+    """The search strategy's threads in a session ranked by `cost_model` for `target` on a
+    machine with `workers` builder workers (see `SEARCH_THREADS`)."""
+    if target is not None and "gpu" in target.keys:
+        return workers
     return SEARCH_THREADS if isinstance(cost_model, ChanceRanking) else workers
 
 
@@ -505,7 +513,7 @@ class MetaScheduleHook:
             task_signature(job.task.mod): job.task.index_constants()
             for job in jobs if job.task.index_constants()})
         strategy = evolutionary_search(s.population)
-        threads = search_threads(cost_model, s.builder_workers)
+        threads = search_threads(cost_model, s.builder_workers, target)
         shared = SessionBudget(budget)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="dlas-ms-") as work:
