@@ -56,8 +56,8 @@ CIFAR = ["resnet18", "mobilenetv1", "mobilenetv2", "vgg16"]
 IMAGENET = ["resnet50", "densenet161", "efficientnet_b0", "mobilenetv2_imagenet"]
 DENSE = ["direct", "gemm", "spatial_pack"]
 CSR = ["direct_csr", "gemm_csr", "spatial_pack_csr"]
-#: Phases of a variant's compile as printed (tune never runs here).
-SHOWN = [p for p in PHASES if p != "tune"]
+#: Phases of a variant's compile as printed (tune never runs here, nor a GPU's device check).
+SHOWN = [p for p in PHASES if p not in ("tune", "device_check")]
 
 
 def build_model(name: str, width: float) -> tuple[torch.nn.Module, tuple[int, ...]]:

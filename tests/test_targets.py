@@ -217,6 +217,8 @@ def test_cuda_compile_binds_every_kernel(tiny_imported: ImportedModel, tmp_path:
             assert "threadIdx.x" in func.script(), gvar.name_hint
     result = compile_model(tiny_imported, algorithm(name), target, tmp_path)
     assert result.executable_path.name == "model.so" and result.executable_path.exists()
+    # scheduling, code generation and nvcc's check of the device code are timed apart
+    assert {"schedule", "codegen", "device_check"} <= set(result.phases), result.phases
 
 
 def _is_depthwise(func: tvm.tirx.PrimFunc) -> bool:

@@ -81,8 +81,9 @@ log = logging.getLogger(__name__)
 
 LIBRARY_FILE = "model.so"
 REPORT_FILE = "compile.json"
-#: The phases of `compile_model`, in order. `tune` is the schedule hook (absent without one).
-PHASES = ("lower", "fold", "tune", "schedule", "codegen", "export")
+#: The phases of `compile_model`, in order. `tune` is the schedule hook (absent without one);
+#: `device_check` is a GPU build's device code compiled by nvcc (absent on CPU targets).
+PHASES = ("lower", "fold", "tune", "schedule", "codegen", "device_check", "export")
 #: How constants are folded: numpy first, TVM's FoldConstant for the rest (the default);
 #: TVM's FoldConstant alone (the previous path, kept as the benchmarks' peer); not at all
 #: (tests compare folded and unfolded modules).
@@ -455,12 +456,11 @@ def compile_model(
                 if old is None or not structural_equal(old, func):
                     hooked.add(gvar.name_hint)
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
-        with trace.phase("codegen"):  # GPU schedules are a small part of it
-            rules = (None if gpu_schedules == "bindings" else
-                     {a.name: a.gpu_schedule for a in (algorithm, algorithm.fallback()) if a})
-            executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config,
-                                             rules=rules)
-            built = BuiltExecutable(executable)
+        rules = (None if gpu_schedules == "bindings" else
+                 {a.name: a.gpu_schedule for a in (algorithm, algorithm.fallback()) if a})
+        executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config,
+                                         rules=rules, phase=trace.phase)
+        built = BuiltExecutable(executable)
     else:
         with trace.phase("schedule"):
             mod, warnings = apply_minimal_schedules(mod, algorithm, tgt, skip=hooked)
