@@ -74,6 +74,21 @@ def table(rows: list[Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def gpu_name(cells: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """The GPU the rows ran on: a row's environment names it where it records one, and
+    a PyTorch row's runtime names the device it ran on (TVM rows name none)."""
+    rows = [row for by in cells.values() for row in by.values()]
+    for row in rows:
+        gpu = (row.environment or {}).get("gpu")
+        if gpu:
+            return str(gpu.get("name", gpu) if isinstance(gpu, dict) else gpu)
+    for row in rows:
+        device = (row.runtime_info or {}).get("device")
+        if device and device != "cpu":
+            return str(device)
+    return "not recorded"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", type=Path, required=True, help="a results.db from a GPU run")
@@ -85,9 +100,8 @@ def main() -> int:
     if not cells:
         print(f"no verified GPU rows in {args.db}")
         return 1
-    gpu = next(iter(next(iter(cells.values())).values())).environment.get("gpu")
-    gpu = gpu.get("model", gpu) if isinstance(gpu, dict) else gpu
-    print(f"GPU: {gpu}; median ms (x = PyTorch eager / this: > 1 is faster than eager)")
+    print(f"GPU: {gpu_name(cells)}; median ms (x = PyTorch eager / this: > 1 is faster "
+          "than eager)")
     head = ["model", "compression", *(h for h, _ in COLUMNS)]
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
@@ -106,7 +120,32 @@ def main() -> int:
                 text += f" {row.algorithm}"
             line.append(text)
         print(" | ".join(line))
+    halves = float16_against_float32(cells)
+    if halves:
+        print("\nfloat16 against float32, TVM's fastest row of each column (x = float32 / "
+              "float16: > 1 is float16 faster)")
+        print("model | " + " | ".join(h for h, _ in COLUMNS if h.startswith("TVM")))
+        print("--- | " + " | ".join("---" for h, _ in COLUMNS if h.startswith("TVM")))
+        for model, by in sorted(halves.items()):
+            print(f"{model} | " + " | ".join(by.get(h, "-") for h, _ in COLUMNS
+                                             if h.startswith("TVM")))
     return 0
+
+
+def float16_against_float32(cells: dict[tuple[str, str], dict[str, Any]],
+                            ) -> dict[str, dict[str, str]]:
+    """Per model and TVM column, the float32 row's median over the float16 row's (issue
+    44's target: >= 1.3x on TVM's best), "tie" where their intervals overlap."""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for (model, compression), by in cells.items():
+        if compression != "float16" or (model, "none") not in cells:
+            continue
+        dense = cells[(model, "none")]
+        for heading, half in by.items():
+            full = dense.get(heading)
+            if heading.startswith("TVM") and full is not None:
+                out[model][heading] = versus(full, half)
+    return dict(out)
 
 
 if __name__ == "__main__":
