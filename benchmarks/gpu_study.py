@@ -1,6 +1,7 @@
 """The GPU study's table from a workspace that ran on a GPU (`scripts/gpu_check.sh` leaves
 one in `$OUT/results.db`): per model and compression, TVM's best untuned row with the
-algorithms' own GPU schedules, with thread bindings only and replayed from a CUDA graph,
+algorithms' own GPU schedules, with thread bindings only, replayed from a CUDA graph and
+with each output's reduction split over a warp's lanes (`schedules: reduction`),
 the tuned rows, and PyTorch eager, replayed from a CUDA graph and `torch.compile`d, all
 on the same GPU in the same sweep; each beside PyTorch eager as a ratio (> 1: faster
 than eager), "tie" where the two rows' 95% intervals overlap, and no ratio across vCPU
@@ -26,7 +27,9 @@ COLUMNS: list[tuple[str, Any]] = [
     ("TVM bindings only", lambda r: _tvm(r) and r.tuning == "none"
      and "schedules=bindings" in _target(r)),
     ("TVM + CUDA graph", lambda r: _tvm(r) and r.tuning == "none"
-     and "cuda_graph=True" in _target(r)),
+     and "cuda_graph=True" in _target(r) and "schedules=" not in _target(r)),
+    ("TVM split reduction", lambda r: _tvm(r) and r.tuning == "none"
+     and "schedules=reduction" in _target(r)),
     ("TVM tuned", lambda r: _tvm(r) and r.tuning.startswith("metaschedule")),
     ("PyTorch eager", lambda r: r.backend == "pytorch" and "mode=" not in r.tuning),
     ("PyTorch CUDA graph", lambda r: r.backend == "pytorch" and "mode=cuda_graph" in r.tuning),

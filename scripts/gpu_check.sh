@@ -69,18 +69,24 @@ PY
 # for; then the CUDA tests in the time left. SWEEP_S=0 or TESTS_S=0 skips a part.
 # 1. the quickstart on the GPU: its models, every algorithm, the tuned points, PyTorch
 run_sweep() {
-# on the GPU, beside the plain CUDA target: the same untuned TVM points replayed from a
-# CUDA graph (`cuda_graph: true`), so launch cost and kernel cost show apart; the dense
-# ones with thread bindings only (`schedules: bindings`); and PyTorch in its three modes
+# on the GPU, beside the plain CUDA target (each dense algorithm's tiled schedule): the
+# same untuned TVM points replayed from a CUDA graph (`cuda_graph: true`), so launch cost
+# and kernel cost show apart; each output's reduction split over a warp's lanes
+# (`schedules: reduction`, replayed from a graph), the batch-1 schedule docs/gpu.md's third
+# check called for; with BINDINGS=1, thread bindings only (`schedules: bindings`, measured
+# in the third check); and PyTorch in its three modes
 python3 - <<'PY' || { echo "could not write the GPU sweep config"; exit 7; }
 import os
 import yaml
 config = yaml.safe_load(open("configs/quickstart.yaml"))
 config["name"] = "quickstart_cuda"
-graph = {"name": "cuda", "params": {"cuda_graph": True}}
-# the dense convs' thread binding only (no shared-memory tiles): what the tiling buys
-bindings = {"name": "cuda", "params": {"schedules": "bindings"}}
-config["targets"] = ["cuda", graph, bindings]
+# the untuned TVM variants beside the plain target, by label: the dense models only
+extra = {"cuda(cuda_graph=True)": {"cuda_graph": True},
+         "cuda(cuda_graph=True,schedules=reduction)": {"schedules": "reduction",
+                                                      "cuda_graph": True}}
+if os.environ.get("BINDINGS"):
+    extra["cuda(schedules=bindings)"] = {"schedules": "bindings"}
+config["targets"] = ["cuda"] + [{"name": "cuda", "params": p} for p in extra.values()]
 for t in config["tuning"]:
     if isinstance(t, dict) and t.get("name") == "metaschedule":
         t["params"]["trials"] = 32
@@ -96,28 +102,22 @@ config["exclude"].append({"tuning": "metaschedule", "compression": "weight_pruni
 # PyTorch's other modes beside eager: replayed from a CUDA graph, and torch.compile
 # (reduce-overhead: Inductor's kernels in CUDA graphs), on the dense models
 graph_torch, compiled = "pytorch(mode=cuda_graph)", "pytorch(mode=compile)"
+not_tvm_untuned = ["metaschedule", "onnxruntime", "pytorch", graph_torch, compiled]
 config["tuning"] += [{"name": "pytorch", "params": {"mode": "cuda_graph"}},
                      {"name": "pytorch", "params": {"mode": "compile"}}]
-config["exclude"] += [{"targets": "cuda(cuda_graph=True)",
-                       "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch,
-                                  compiled]},
-                      {"tuning": compiled, "compression": "weight_pruning"},
-                      {"targets": "cuda(schedules=bindings)",
-                       "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch,
-                                  compiled]},
-                      {"targets": "cuda(schedules=bindings)", "compression": "weight_pruning"}]
+config["exclude"] += [{"tuning": compiled, "compression": "weight_pruning"}]
+for label in extra:
+    config["exclude"] += [{"targets": label, "tuning": not_tvm_untuned},
+                          {"targets": label, "compression": "weight_pruning"}]
 # float16 beside float32 (issue 44: >= 1.3x on TVM's best): the dense models converted by
 # TVM, its convs on tensor cores where the algorithm's GPU schedule has them; untuned, on
-# the plain and the CUDA-graph targets (an exclude rule naming `cuda` matches every
-# setting of it, so the plain one cannot be left out alone)
+# the plain target (tiles) and the split reduction's
 if os.environ.get("FP16", "1") != "0":
     config["compression"].append("float16")
     config["exclude"] += [
+        {"compression": "float16", "tuning": not_tvm_untuned},
         {"compression": "float16",
-         "tuning": ["metaschedule", "onnxruntime", "pytorch", graph_torch, compiled]},
-        {"compression": "float16", "targets": "cuda(schedules=bindings)"},
-        # the pruned models replayed from a CUDA graph: launches are the same as dense's
-        {"compression": "weight_pruning", "targets": "cuda(cuda_graph=True)"},
+         "targets": [label for label in extra if "reduction" not in label]},
         {"compression": "float16",
          "algorithms": ["direct(layout=NCHWc)", "direct_csr", "gemm_csr", "spatial_pack_csr"]}]
 yaml.safe_dump(config, open("/tmp/quickstart_cuda.yaml", "w"), sort_keys=False)

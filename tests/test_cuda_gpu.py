@@ -114,3 +114,22 @@ def test_cuda_graphs_and_pytorchs_modes_are_measured_on_the_gpu(tmp_path: Path,
         assert_measured(row)
     torch_rows = [r for r in measured if r.backend == "pytorch"]
     assert all(r.runtime_info["gpu_math"] == "ieee float32" for r in torch_rows)
+
+
+def test_split_reduction_schedules_are_verified_on_the_gpu(tmp_path: Path,
+                                                           shared_cache: Path) -> None:
+    """`cuda(schedules=reduction)`: every dense algorithm with each output's reduction
+    split over a warp's lanes computes the model's function on the GPU (its epilogue after
+    the lanes' sum), in float32 and float16."""
+    text = (cuda_sweep("cuda_split", DENSE, "tuning: [none]")
+            .replace(PRUNED + "\n", "").replace("  - weight_pruning\n", "")
+            .replace("targets: [cuda]", "targets: [{name: cuda, params: {schedules: reduction}}]")
+            .replace("  - none\nalgorithms:", "  - none\n  - float16\nalgorithms:"))
+    report, rows = run(text, tmp_path, shared_cache)
+    assert report.failed == 0, [(r.algorithm, r.compression, r.error) for r in rows]
+    measured = [r for r in rows if r.status != "not_runnable"]
+    assert {(r.compression, r.algorithm) for r in measured} == {
+        (c, a) for c in ("none", "float16") for a in DENSE}
+    for row in measured:
+        assert_measured(row)
+        assert "schedules=reduction" in row.target

@@ -274,6 +274,61 @@ def test_dense_convs_get_their_algorithms_gpu_schedule_unless_bindings_asked(
             assert "nvcc for sm_80" in check_device_code(executable, target)
 
 
+def test_split_reduction_lane_count_follows_the_reduction() -> None:
+    """A reduction of K terms is split over the most lanes (a power of two, at most a
+    warp) that leave each lane 8 terms; under 4 lanes it is not split at all."""
+    from dlas.algorithms.gpu_split_reduction import lanes_for
+
+    assert [lanes_for(k) for k in (9, 27, 31, 32, 63, 64, 144, 256, 2304)] == [
+        0, 0, 0, 4, 4, 8, 16, 32, 32]
+
+
+@pytest.mark.parametrize("name", ["direct", "gemm", "spatial_pack"])
+def test_reduction_schedules_split_a_convs_terms_over_a_warps_lanes(name: str,
+                                                                    tmp_path: Path) -> None:
+    """`cuda(schedules=reduction)`: each dense conv whose reduction is long enough has it
+    split over `threadIdx.x` lanes (a cross-thread reduction), a few outputs a block on
+    `threadIdx.y`, its epilogue after the sum; a short reduction (the first conv's 27
+    terms) and a depthwise conv (9) keep the thread binding. It compiles, nvcc checks the
+    device code where it is on PATH, and the compile records the family."""
+    from dlas.compiler.build import lower_to_tir, make_target
+    from dlas.compiler.gpu_schedule import apply_gpu_schedules, conv_algorithm_of, untuned_rules
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = torch.nn.Conv2d(3, 16, 3, padding=1)      # K = 27: binding
+            self.wide = torch.nn.Conv2d(16, 32, 3, padding=1)      # K = 144: 16 lanes
+            self.depthwise = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)  # K = 9
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.depthwise(torch.relu(self.wide(torch.relu(self.first(x)))))
+
+    torch.manual_seed(0)
+    imported = import_torch_model(Net().eval(), (1, 3, 8, 8))
+    reduction = spec("cuda", arch="sm_90", schedules="reduction")
+    assert reduction.gpu_schedules == "reduction"
+    target = make_target(reduction.tvm_target)
+    algo = algorithm(name)
+    mod, _ = lower_to_tir(imported.mod, imported.params, algo, target)
+    convs = {gv.name_hint for gv, f in mod.functions_items()
+             if isinstance(f, tvm.tirx.PrimFunc) and conv_algorithm_of(f)}
+    scheduled, _ = apply_gpu_schedules(mod, target,
+                                       rules=untuned_rules("reduction", [algo, algo.fallback()]))
+    lanes = {}
+    for gvar, func in scheduled.functions_items():
+        if gvar.name_hint in convs:
+            text = func.script()
+            lanes[gvar.name_hint] = ('thread="threadIdx.y"' in text
+                                     and "T.axis.reduce" in text.split('thread="threadIdx.x"')[-1]
+                                     and 'thread="threadIdx.x"' in text)
+    assert sorted(lanes.values()) == [False, False, True], lanes
+    result = compile_model(imported, algo, target, tmp_path, gpu_schedules="reduction")
+    assert result.executable_path.exists()
+    with pytest.raises(ValueError, match="unknown GPU schedule family"):
+        untuned_rules("tiles", [algo])
+
+
 def test_cuda_graph_option_captures_the_models_kernels(
         tiny_imported: ImportedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`cuda_graph: true` builds the model in Relax's CUDA-graph rewrite: the kernels on the

@@ -40,7 +40,7 @@ def implicit_gemm_schedule(func: tirx.PrimFunc, target: Target) -> s_tir.Schedul
     the rule does not apply or the conv is an integer one (`UNCHECKED_DTYPES`)."""
     from tvm.s_tir import dlight as dl
 
-    if _reads_integers(func):
+    if reads_integers(func):
         return None
     # the rule tensorizes float16 onto tensor cores, importing TVM's intrinsics: register
     # only CUDA's, cheaply (all of them take 70-180 s in a process with torch loaded)
@@ -53,7 +53,7 @@ def implicit_gemm_schedule(func: tirx.PrimFunc, target: Target) -> s_tir.Schedul
     return scheduled[0] if isinstance(scheduled, list) else scheduled
 
 
-def _reads_integers(func: tirx.PrimFunc) -> bool:
+def reads_integers(func: tirx.PrimFunc) -> bool:
     """Whether a block of `func` reads an `UNCHECKED_DTYPES` buffer (an int8 conv's data
     or weight)."""
     sch = s_tir.Schedule(func)

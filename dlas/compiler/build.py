@@ -63,7 +63,7 @@ from ..tir.layout import DataLayout
 from ..tir.schedule_helpers import target_simd, target_vector_bits
 from . import fallbacks as fallback_notes
 from .fold import FoldReport, fold_constants
-from .gpu_schedule import build_gpu
+from .gpu_schedule import build_gpu, untuned_rules
 from .kernel_objects import (
     BuiltExecutable,
     DamagedKernelObject,
@@ -456,8 +456,7 @@ def compile_model(
                 if old is None or not structural_equal(old, func):
                     hooked.add(gvar.name_hint)
     if tgt.kind.name == "cuda":  # thread bindings and the CUDA pipeline instead
-        rules = (None if gpu_schedules == "bindings" else
-                 {a.name: a.gpu_schedule for a in (algorithm, algorithm.fallback()) if a})
+        rules = untuned_rules(gpu_schedules, (algorithm, algorithm.fallback()))
         executable, warnings = build_gpu(mod, tgt, skip=hooked, pass_config=pass_config,
                                          rules=rules, phase=trace.phase)
         built = BuiltExecutable(executable)

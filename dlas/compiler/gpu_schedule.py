@@ -35,7 +35,7 @@ import importlib.util
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import tvm
@@ -165,6 +165,31 @@ def conv_algorithm_of(func: tirx.PrimFunc) -> str | None:
             if name is not None:
                 return str(name)
     return None
+
+
+#: A CUDA target's families of untuned schedules (`cuda(schedules=...)`): each dense
+#: algorithm's own (tiled implicit GEMMs, `dlas.algorithms.gpu_implicit_gemm`), thread
+#: bindings only, or each output's reduction split over a warp's lanes
+#: (`dlas.algorithms.gpu_split_reduction`). CSR convs keep their row kernels in all three.
+GPU_SCHEDULE_FAMILIES = ("algorithm", "bindings", "reduction")
+
+
+def untuned_rules(family: str, algorithms: Iterable[Any]) -> dict[str, GpuScheduler] | None:
+    """The GPU schedule of each of `algorithms`' convs in `family` (by algorithm name,
+    for `apply_gpu_schedules`), or None for thread bindings throughout."""
+    from ..algorithms.csr import CSRFormat
+    from ..algorithms.gpu_split_reduction import split_reduction_schedule
+
+    if family not in GPU_SCHEDULE_FAMILIES:
+        raise ValueError(f"unknown GPU schedule family {family!r}: "
+                         f"one of {', '.join(GPU_SCHEDULE_FAMILIES)}")
+    if family == "bindings":
+        return None
+    chosen = [a for a in algorithms if a is not None]
+    if family == "reduction":
+        return {a.name: split_reduction_schedule for a in chosen
+                if not isinstance(a, CSRFormat)}
+    return {a.name: a.gpu_schedule for a in chosen}
 
 
 def schedule_gpu_func(func: tirx.PrimFunc, target: Target,

@@ -192,11 +192,14 @@ class CUDAParams(BaseModel):
                     f"{DEFAULT_CUDA_ARCH})")
     host: LLVMParams = Field(default_factory=LLVMParams,
                              description="the CPU side (an `llvm` target's params)")
-    schedules: Literal["algorithm", "bindings"] = Field(
+    schedules: Literal["algorithm", "bindings", "reduction"] = Field(
         "algorithm", description="untuned kernels: algorithm (each conv algorithm's GPU "
                                  "schedule: dense convs tiled as implicit GEMMs in shared "
-                                 "memory and registers) or bindings (threads bound only, "
-                                 "the reduction serial per thread)")
+                                 "memory and registers), bindings (threads bound only, "
+                                 "the reduction serial per thread) or reduction (each "
+                                 "output's reduction split over a warp's lanes, a few "
+                                 "outputs a block: batch 1's parallelism; not yet timed on "
+                                 "a GPU)")
     cuda_graph: bool = Field(
         False, description="build with Relax's CUDA-graph rewrite: the kernels that touch "
                            "only the model's own buffers are captured into a CUDA graph on "

@@ -31,7 +31,7 @@ from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
 from dlas import registry
-from dlas.compiler.gpu_schedule import GpuScheduler
+from dlas.compiler.gpu_schedule import untuned_rules
 from dlas.compiler.minimal_schedule import ConvScheduler
 from dlas.targets.base import TargetSpec
 from dlas.tuning.metaschedule.cost_model import ChanceRanking, session_cost_model
@@ -180,11 +180,6 @@ def _schedulers(names: set[str]) -> dict[str, ConvScheduler]:
     return {name: algorithm.schedule for name, algorithm in _algorithms(names).items()}
 
 
-def _gpu_schedulers(names: set[str]) -> dict[str, GpuScheduler]:
-    """Each named conv algorithm's GPU schedule."""
-    return {name: algorithm.gpu_schedule for name, algorithm in _algorithms(names).items()}
-
-
 def _vector_bits(target: tvm.target.Target) -> int:
     from dlas.tir.schedule_helpers import target_vector_bits
 
@@ -325,8 +320,9 @@ class MetaScheduleHook:
         if fresh:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
-        gpu_rules = (None if self.target.gpu_schedules == "bindings"
-                     else lambda t: _gpu_schedulers(t.algorithms))
+        family = self.target.gpu_schedules
+        gpu_rules = (None if family == "bindings"
+                     else lambda t: untuned_rules(family, _algorithms(t.algorithms).values()))
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
             self._builder(), self._candidate_runner, gpu_rules) if tasks else {}
