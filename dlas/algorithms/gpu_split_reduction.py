@@ -66,10 +66,12 @@ def split_reduction_schedule(func: tirx.PrimFunc, target: Target) -> s_tir.Sched
     infos = try_inline_contiguous_spatial(sch, normalize_prim_func(sch))
     if not infos:
         return None
-    reductions = [i for i, info in enumerate(infos) if "R" in info.dom_kind()]
-    if len(reductions) != 1 or reductions[0] not in (0, len(infos) - 2, len(infos) - 1):
+    # the conv first (its padding and packing inlined into it), at most one epilogue after:
+    # a block left before it would have no threads
+    if len(infos) > 2 or "R" not in infos[0].dom_kind() or any(
+            "R" in info.dom_kind() for info in infos[1:]):
         return None
-    conv = infos[reductions[0]]
+    conv = infos[0]
     kind = conv.dom_kind()
     spatial = len(kind) - len(kind.lstrip("S"))
     if spatial == 0 or kind != "S" * spatial + "R" * (len(kind) - spatial):
@@ -84,11 +86,7 @@ def split_reduction_schedule(func: tirx.PrimFunc, target: Target) -> s_tir.Sched
     if lanes == 0:
         return None
     rows = THREADS // lanes
-    if reductions[0] != len(infos) - 1 and len(infos) - reductions[0] != 2:
-        return None
-    epilogue = infos[-1] if reductions[0] == len(infos) - 2 else None
-    if epilogue is not None and not epilogue.is_injective():
-        return None
+    epilogue = infos[1] if len(infos) == 2 else None
 
     # the outputs: one row of lanes each, `rows` to a block
     outer = epilogue.block_rv if epilogue is not None else conv.block_rv
