@@ -96,6 +96,28 @@ _POLICY = RoundsPolicy(samples=9, min_rounds=3, max_rounds=6, placement_budget_s
 
 
 @pytest.mark.slow
+def test_a_gpu_replay_waits_for_each_kernel_and_for_each_no_op() -> None:
+    """On a GPU a kernel call only launches it: the replay waits for the device after
+    every call, and after every no-op call that measures Python's cost, so the wait's
+    own cost is taken out with it; on a CPU there is nothing to wait for."""
+    import tvm
+
+    from dlas.profile.tvm_kernels import KernelCall, ReplaySubject, device_sync
+
+    assert device_sync(tvm.cpu(0)) is None
+    gpu = tvm.cuda(0)  # a handle only: nothing here calls it without a GPU
+    assert device_sync(gpu) == gpu.sync
+    waits: list[int] = []
+    nop = tvm.get_global_func("testing.nop")
+    calls = [KernelCall(f"kernel{i}", nop, [i]) for i in range(3)]
+    replay = ReplaySubject(calls, [0], sync=lambda: waits.append(1))
+    samples = replay.time(n=2, warmup=1)
+    assert len(samples) == 2 and all(s >= 0 for s in samples)
+    # one warm-up pass (a wait at its end), then 2 replays and 2 no-op passes of 3 calls
+    assert len(waits) == 1 + 2 * 3 + 2 * 3
+    assert len(ReplaySubject(calls, [0]).time(n=1, warmup=1)) == 1
+
+
 def test_tvm_profile_of_a_compiled_model_adds_up(tmp_path: Path) -> None:
     """A real compiled model (at 128x128, so kernels, not call overheads, take the
     time): every kernel call profiled, its convs mapped with their

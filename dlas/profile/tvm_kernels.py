@@ -127,13 +127,19 @@ class ReplaySubject:
     (`KernelSubject`, its inputs warm); the layers of a profile take the former, so they
     add up to the replay, and the replay and the model's latency differ by the VM's own
     work. Python's cost of making each call, which the VM does not pay, is measured in
-    the same chunk (the same calls to a no-op) and taken out."""
+    the same chunk (the same calls to a no-op) and taken out.
+
+    On a GPU a kernel call only launches the kernel, so `sync` (the device's) is called
+    after every call, and after every no-op call too, so that what is taken out includes
+    the synchronisation's own cost: a call's time is then its launch and its run."""
 
     label = "replay of the kernel calls"
 
-    def __init__(self, calls: list[KernelCall], cpus: Sequence[int]) -> None:
+    def __init__(self, calls: list[KernelCall], cpus: Sequence[int],
+                 sync: Callable[[], None] | None = None) -> None:
         import tvm
 
+        self.sync = sync
         self.calls = [(c.func, c.args) for c in calls]
         #: The same calls to a function that does nothing: Python's and the FFI's cost
         #: of a call with these arguments (~0.8 us with four tensors on Zen 1), which
@@ -149,8 +155,8 @@ class ReplaySubject:
     def time(self, n: int, warmup: int) -> list[float]:
         for _ in range(max(warmup, 1)):
             self._once()
-        replays = [self._stamped(self.calls) for _ in range(n)]
-        nulls = [self._stamped(self.null_calls) for _ in range(n)]
+        replays = [self._stamped(self.calls, self.sync) for _ in range(n)]
+        nulls = [self._stamped(self.null_calls, self.sync) for _ in range(n)]
         cost = [float(np.median(column)) for column in zip(*nulls, strict=True)]
         per_call = [[max(0.0, d - c) for d, c in zip(replay, cost, strict=True)]
                     for replay in replays]
@@ -159,18 +165,24 @@ class ReplaySubject:
         return out
 
     @staticmethod
-    def _stamped(calls: list[tuple[Any, list[Any]]]) -> list[float]:
-        """One pass over `calls`, each call's seconds (`perf_counter` between calls)."""
+    def _stamped(calls: list[tuple[Any, list[Any]]],
+                 sync: Callable[[], None] | None = None) -> list[float]:
+        """One pass over `calls`, each call's seconds (`perf_counter` between calls, after
+        `sync` where there is one)."""
         clock = time.perf_counter
         stamps = [clock()]
         for func, args in calls:
             func(*args)
+            if sync is not None:
+                sync()
             stamps.append(clock())
         return [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
 
     def _once(self) -> None:
         for func, args in self.calls:
             func(*args)
+        if self.sync is not None:
+            self.sync()
 
     def in_sequence(self, run: Any) -> list[tuple[float, list[float] | None]]:
         """Per call: its median microseconds and 95% CI in the replays of the timing run's
@@ -241,6 +253,14 @@ def layer_of(index: int, call: KernelCall, info: KernelInfo, conv: Any,
     return layer
 
 
+def device_sync(device: Any) -> Callable[[], None] | None:
+    """The wait for `device`'s queued work where calls on it only launch (a GPU), None
+    on a CPU, whose kernel calls return when done."""
+    import tvm
+
+    return None if device.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() else device.sync
+
+
 def profile_tvm(variant: Any, manifest: KernelManifest, x: np.ndarray, *,
                 placement: Any, load: Any, single: bool, threads: int | None,
                 pinned: bool, policy: RoundsPolicy = PROFILE_POLICY,
@@ -262,7 +282,7 @@ def profile_tvm(variant: Any, manifest: KernelManifest, x: np.ndarray, *,
                                           _library(library, call.symbol),
                                           variant.session.device, variant.cpus)
         label_of.append(subjects[sig].label)
-    replay = ReplaySubject(calls, variant.cpus)
+    replay = ReplaySubject(calls, variant.cpus, device_sync(variant.session.device))
     sampler = RoundSampler([variant, replay, *subjects.values()], policy, placement=placement,
                            load=load, single=single, source="profile", threads=threads,
                            pinned=pinned, say=say, on_round=on_round, seed=seed)
