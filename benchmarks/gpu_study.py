@@ -127,11 +127,11 @@ def main() -> int:
     if halves:
         print("\nfloat16 against float32, TVM's fastest row of each column (x = float32 / "
               "float16: > 1 is float16 faster)")
-        print("model | " + " | ".join(h for h, _ in COLUMNS if h.startswith("TVM")))
-        print("--- | " + " | ".join("---" for h, _ in COLUMNS if h.startswith("TVM")))
+        tvm_columns = [h for h, _ in COLUMNS if h.startswith("TVM")]
+        print("model | " + " | ".join(tvm_columns))
+        print("--- | " + " | ".join("---" for _ in tvm_columns))
         for model, by in sorted(halves.items()):
-            print(f"{model} | " + " | ".join(by.get(h, "-") for h, _ in COLUMNS
-                                             if h.startswith("TVM")))
+            print(f"{model} | " + " | ".join(by.get(h, "-") for h in tvm_columns))
     return 0
 
 

@@ -124,7 +124,7 @@ def ensure_minimals(db: TuningDatabase, tasks: list[Task],
                     target: tvm.target.Target, vector_bits: int,
                     builder: ms.builder.Builder,
                     runner_for: Callable[[Task], ms.runner.Runner],
-                    gpu_rules: Callable[[Task], Mapping[str, GpuScheduler]] | None = None,
+                    gpu_rules: Callable[[Task], Mapping[str, GpuScheduler] | None] | None = None,
                     ) -> dict[str, tuple[float | None, str]]:
     """Each task's minimal schedule measured and in the database (once per workload and
     target), by task name: its mean time in us, or None and why it could not be measured.

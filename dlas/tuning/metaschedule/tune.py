@@ -321,8 +321,10 @@ class MetaScheduleHook:
             self.say(f"measuring the minimal schedules of {len(fresh)} task(s) as candidates")
         started = time.perf_counter()
         family = self.target.gpu_schedules
-        gpu_rules = (None if family == "bindings"
-                     else lambda t: untuned_rules(family, _algorithms(t.algorithms).values()))
+
+        def gpu_rules(task: Any) -> dict[str, Any] | None:
+            return untuned_rules(family, _algorithms(task.algorithms).values())
+
         measured = ensure_minimals(
             db, tasks, lambda t: _schedulers(t.algorithms), target, _vector_bits(target),
             self._builder(), self._candidate_runner, gpu_rules) if tasks else {}
