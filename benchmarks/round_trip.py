@@ -13,6 +13,11 @@ fast, is one whose round trips say nothing beyond near and far.
 
     python benchmarks/round_trip.py WORKSPACE/results.db [...]
 
+Last, the rule judged again after every round, as a live run meets it: a round after
+which flags stand is one the run may repeat for them (on an AMD EPYC Zen 3, 2026-11-30,
+flags presumed until shown wrong stood after up to nine rounds of runs whose flags all
+fell in the end: `dlas.measure.round_trip`).
+
 Replayed on stored runs, the rule cannot take the rounds a live run would take instead
 of the chunks it leaves out; `benchmarks/independent.py` measures that.
 """
@@ -46,6 +51,8 @@ class StoredChunk:
     point: str = ""
     runtime: str = ""
     model: str = ""
+    #: The round of its run the chunk was taken in.
+    round: int = 0
 
 
 def stored_runs(db: Path) -> dict[str, list[StoredChunk]]:
@@ -68,7 +75,7 @@ def stored_runs(db: Path) -> dict[str, list[StoredChunk]]:
                     continue  # mixed
                 runs[run_id].append(StoredChunk(
                     state, trips, [s / 1e3 for s in rd["samples_ms"]], key, runtime,
-                    model.split("(")[0]))
+                    model.split("(")[0], int(rd.get("index", 0))))
     return runs
 
 
@@ -128,6 +135,26 @@ def replay(runs: dict[str, list[StoredChunk]]) -> None:
           f"chunks (kept: x{np.median(kept) if kept else float('nan'):.3f})")
 
 
+def by_round(runs: dict[str, list[StoredChunk]]) -> None:
+    """The rule as a live run meets it: judged again after every round on the rounds so
+    far. A round after which flags stand is one the run may have to repeat for them."""
+    from dlas.measure.round_trip import RoundTripJudge
+
+    standing_rounds, lines = 0, []
+    for run_id, chunks in runs.items():
+        last = max((c.round for c in chunks), default=-1)
+        cells = []
+        for k in range(1, last + 2):
+            pairs = [(c.point, c) for c in chunks if c.round < k]
+            _, verdict = RoundTripJudge().flags(pairs)
+            standing_rounds += verdict.flagged > 0
+            cells.append(f"{verdict.flagged}" if verdict.flagged else ".")
+        lines.append(f"  {run_id[:8]} {' '.join(cells)}")
+    print(f"flagged chunks standing after each round (.: none), per run: {standing_rounds} "
+          "round(s) with flags standing")
+    print("\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,6 +167,7 @@ def main() -> None:
           f"{len(args.databases)} workspace(s)")
     bands(runs)
     replay(runs)
+    by_round(runs)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from dlas.measure.contention import CONFIRM_MIN_CHUNKS
+from dlas.measure.contention import CONFIRM_MIN_CHUNKS, confirm, sign_test_p
 from dlas.measure.placement import FAR, NEAR, SLOW_ROUND_TRIP, UNUSABLE, PlacementProbe
 from dlas.measure.round_trip import ROUND_TRIP_FACTOR, RoundTripJudge
 from dlas.measure.stopping import RoundsPolicy
@@ -52,9 +52,59 @@ def test_slow_round_trips_are_left_out_only_where_their_chunks_ran_slower() -> N
     assert verdict.ignored and "not slowed" in verdict.ignored
     assert verdict.slowdown == pytest.approx(1.0)
 
-    flags, verdict = RoundTripJudge().flags(_run(1.0, "a"))  # 3 flagged: too few to tell
+    # 3 flagged: too few to show anything, so they do not count (and cost no rounds)
+    flags, verdict = RoundTripJudge().flags(_run(1.25, "a"))
     assert CONFIRM_MIN_CHUNKS > 3
-    assert sum(flags) == 3 and verdict.ignored is None
+    assert not any(flags) and verdict.ignored and "could not yet be shown" in verdict.ignored
+
+
+def test_flags_without_peers_to_show_them_cost_no_rounds() -> None:
+    """The Zen 3's pattern: most chunks' round trips read above the usual, so no variant
+    has two unflagged chunks to compare its flagged ones with. Presumed, those flags
+    stood for rounds; shown-first, each is compared with the one unflagged chunk of its
+    variant, and they fall (and with no unflagged chunk at all, they do not count)."""
+    chunks = []
+    for s in "abcdefgh":
+        chunks.append((s, Chunk(NEAR, [66.0, 66.0], [1e-3] * 5)))
+        chunks += [(s, Chunk(NEAR, [110.0 + i, 112.0], [1e-3] * 5)) for i in range(5)]
+    flags, verdict = RoundTripJudge().flags(chunks)
+    assert not any(flags) and verdict.flagged == 0
+    assert verdict.ignored and "not slowed" in verdict.ignored
+    alone = [(s, c) for s, c in chunks if max(v for v in c.round_trip_ns if v) > 100]
+    alone += [("z", Chunk(NEAR, [66.0, 66.0], [1e-3] * 5)) for _ in range(6)]
+    flags, verdict = RoundTripJudge().flags(alone)
+    assert not any(flags) and verdict.ignored and "0 compared" in verdict.ignored
+
+
+def test_flagged_chunks_slower_no_more_often_than_chance_are_not_shown() -> None:
+    """A median above `CONFIRM_SLOWDOWN` with 5 of 8 flagged chunks slower than their
+    peers: the sign test says chance (p = 0.36), and the flags are lifted; the same flags
+    with every chunk slower stand."""
+    def run(times: list[float]) -> list[tuple[str, Chunk]]:
+        chunks = []
+        for s, t in zip("abcdefgh", times, strict=True):
+            chunks += [(s, Chunk(NEAR, [52.0, 52.0], [1e-3] * 5)) for _ in range(3)]
+            chunks.append((s, Chunk(NEAR, [62.0, 62.0], [t * 1e-3] * 5)))
+        return chunks
+
+    mixed = [1.10, 1.12, 1.08, 1.06, 1.05, 0.95, 0.97, 0.96]  # median 1.055, 5 of 8 slower
+    flags, verdict = RoundTripJudge().flags(run(mixed))
+    assert verdict.slowdown is not None and verdict.slowdown >= 1.0
+    assert not any(flags) and verdict.ignored and "chance" in verdict.ignored
+    flags, verdict = RoundTripJudge().flags(run([1.06] * 8))
+    assert sum(flags) == 8 and verdict.ignored is None
+
+
+def test_cache_flags_still_stand_until_shown_wrong() -> None:
+    """`confirm` without `until_shown` (the cache readings' judge) keeps a handful of
+    flags it cannot compare: they cost little, and a real spell must not be presumed
+    away."""
+    few = _run(1.25, "a")
+    flags = [max(v for v in c.round_trip_ns if v) > 60 for _, c in few]
+    kept, ignored, _ = confirm(few, flags, flagged_by="x", every="all")
+    assert kept == flags and ignored is None
+    assert sign_test_p([1.1] * 6) == pytest.approx(1 / 64)
+    assert sign_test_p([1.1, 0.9]) == pytest.approx(0.75)
 
 
 def test_round_trips_within_the_factor_are_not_flagged() -> None:

@@ -35,6 +35,7 @@ rule tests the signal, not a chunk's luck: a whole run's flags stand or fall tog
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -63,6 +64,10 @@ CONFIRM_SLOWDOWN = 1.03
 #: in their placement) needed before the flags can be lifted: fewer cost little to drop.
 CONFIRM_MIN_CHUNKS = 6
 CONFIRM_MIN_PEERS = 2
+#: Where a signal's flags must be shown before they count (`confirm(until_shown=True)`):
+#: the one-sided sign test's level for "more flagged chunks ran slower than their peers
+#: than chance would make" (6 of 6 slower: p = 0.016; 23 of 27: p < 0.001; 5 of 8: 0.36).
+CONFIRM_P = 0.05
 
 
 def contention_limit(usual: float, readings: Sequence[float]) -> float:
@@ -114,11 +119,11 @@ class Verdict:
     slowdown: float | None = None
 
 
-def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool]
-                     ) -> tuple[float | None, int]:
-    """(median ratio, how many compared) of each flagged chunk's median sample over the
-    median of its variant's unflagged chunks in the same placement state; a flagged
-    chunk with fewer than `CONFIRM_MIN_PEERS` such peers is not compared."""
+def flagged_ratios(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool],
+                   min_peers: int = CONFIRM_MIN_PEERS) -> list[float]:
+    """Each flagged chunk's median sample over the median of its variant's unflagged
+    chunks in the same placement state; a flagged chunk with fewer than `min_peers` such
+    peers is not compared."""
     kept: dict[tuple[str, str], list[float]] = {}
     for (subject, chunk), flag in zip(chunks, flags, strict=True):
         if not flag and chunk.samples_s:
@@ -127,23 +132,52 @@ def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence
     ratios = []
     for (subject, chunk), flag in zip(chunks, flags, strict=True):
         peers = kept.get((subject, chunk.state), [])
-        if flag and chunk.samples_s and len(peers) >= CONFIRM_MIN_PEERS:
+        if flag and chunk.samples_s and len(peers) >= min_peers:
             base = float(np.median(peers))
             if base > 0:
                 ratios.append(float(np.median(chunk.samples_s)) / base)
+    return ratios
+
+
+def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool]
+                     ) -> tuple[float | None, int]:
+    """(median ratio, how many compared) of `flagged_ratios`."""
+    ratios = flagged_ratios(chunks, flags)
     return (float(np.median(ratios)) if ratios else None), len(ratios)
 
 
+def sign_test_p(ratios: Sequence[float]) -> float:
+    """One-sided sign test: the chance of at least this many ratios above 1 among those
+    not equal to 1, were each as likely below 1 as above (a flag that says nothing)."""
+    above = sum(1 for r in ratios if r > 1.0)
+    n = sum(1 for r in ratios if r != 1.0)
+    if n == 0:
+        return 1.0
+    return sum(math.comb(n, k) for k in range(above, n + 1)) / 2.0 ** n
+
+
 def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *,
-            flagged_by: str, every: str, why: str = ""
+            flagged_by: str, every: str, why: str = "", until_shown: bool = False
             ) -> tuple[list[bool], str | None, float | None]:
     """A run's flags as they stand, why they were lifted (None: they stand) and the
     flagged chunks' slowdown (`flagged_slowdown`). Every flag is lifted when every chunk
     is flagged (`every`: the signal then says nothing useful), or when the flagged chunks
     ran less than `CONFIRM_SLOWDOWN` of their variants' others: a run's flags stand or
     fall together. The one confirmation of every chunk signal (cache readings here, round
-    trips in `dlas.measure.round_trip`)."""
-    slowdown, compared = flagged_slowdown(chunks, flags)
+    trips in `dlas.measure.round_trip`).
+
+    `until_shown`: the flags count only once the chunks they flag show them: at least
+    `CONFIRM_MIN_CHUNKS` compared (each with one unflagged chunk of its variant or more:
+    where a slow state holds most chunks, two are rare), their median at least
+    `CONFIRM_SLOWDOWN`, and more of them slower than their peers than chance would make
+    (`sign_test_p` below `CONFIRM_P`). Without it a flag stands until shown wrong, which
+    costs a round for every flagged chunk meanwhile: on a Zen 3 whose near round trips
+    spread 65-125 ns for nothing, one timing run's flags (70-124 chunks, none with two
+    unflagged chunks of its own variant to be compared with) stood through five extra
+    rounds before they fell."""
+    ratios = flagged_ratios(chunks, flags, 1 if until_shown else CONFIRM_MIN_PEERS)
+    slowdown = float(np.median(ratios)) if ratios else None
+    compared = len(ratios)
     ignored: str | None = None
     if flags and all(flags):
         ignored = every
@@ -152,6 +186,17 @@ def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *
         ignored = (f"the {sum(flags)} chunks {flagged_by} ran x{slowdown:.3f} of their "
                    f"variants' others in the same placement (median of {compared}): not "
                    f"slowed{why}")
+    elif until_shown and any(flags):
+        p = sign_test_p(ratios)
+        if compared < CONFIRM_MIN_CHUNKS:
+            ignored = (f"the {sum(flags)} chunks {flagged_by} could not yet be shown "
+                       f"slower ({compared} compared with their variants' others, "
+                       f"{CONFIRM_MIN_CHUNKS} needed){why}")
+        elif p >= CONFIRM_P:
+            above = sum(1 for r in ratios if r > 1.0)
+            ignored = (f"the {sum(flags)} chunks {flagged_by} ran x{slowdown:.3f} of their "
+                       f"variants' others, {above} of {compared} slower: chance would do "
+                       f"as much (p={p:.2f}){why}")
     return ([False] * len(flags) if ignored else list(flags)), ignored, slowdown
 
 

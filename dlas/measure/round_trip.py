@@ -22,6 +22,19 @@ every flag is lifted. Where they stand, the chunks are labelled `SLOW_ROUND_TRIP
 with their readings, not used, and the run takes more rounds (within its placement
 budget), as for contended chunks.
 
+Unlike the cache readings' flags, these count only once the chunks show them
+(`confirm(until_shown=True)`: at least 6 compared with their variants' others, x1.03 or
+more, and more of them slower than chance would make). Presumed until shown wrong, they
+cost rounds while the evidence was still missing: on an AMD EPYC Zen 3 (2026-11-30, two
+quickstarts, 12 timing runs) the near round trips spread 65-125 ns, the flags of 11 runs
+were lifted in the end (their chunks ran x0.87-1.02 of the others), and before that they
+had stood for up to nine rounds, in one run over 70-124 chunks of which none could be
+compared (no variant had two unflagged chunks left). Replayed round by round on those
+runs (`python benchmarks/round_trip.py WORKSPACE/results.db`, its last table), the shown-first
+rule lifts the flags of 9 of those 11 runs from their first round, and lets the other
+two's stand for one and three rounds (against two and five); the one run whose flagged
+chunks ran x1.04-1.05 of the others (23-40 of 27-53 slower) keeps its flags as before.
+
 The factor: the runs' usual near round trips (10th percentiles) were 51-55 ns, and 1.12
 flags 62 ns against any of them while leaving most of the 56-60 ns group, which ran as fast
 as 50-55, unflagged. Hosts whose near readings spread wider for nothing (a Zen 3 read
@@ -105,7 +118,7 @@ class RoundTripJudge:
                         and slower > ROUND_TRIP_FACTOR * usual[chunks[i][1].state])
         kept, ignored, slowdown = confirm(
             [chunks[i] for i in judged], slow, flagged_by="with slow round trips",
-            every="every chunk's round trip read as slow")
+            every="every chunk's round trip read as slow", until_shown=True)
         flags = [False] * len(chunks)
         for i, flag in zip(judged, kept, strict=True):
             flags[i] = flag
