@@ -105,6 +105,7 @@ def test_cache_flags_still_stand_until_shown_wrong() -> None:
     assert kept == flags and ignored is None
     assert sign_test_p([1.1] * 6) == pytest.approx(1 / 64)
     assert sign_test_p([1.1, 0.9]) == pytest.approx(0.75)
+    assert sign_test_p([1.1] * 1100 + [0.9] * 1100) == pytest.approx(0.5, abs=0.02)
 
 
 def test_round_trips_within_the_factor_are_not_flagged() -> None:

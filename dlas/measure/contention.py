@@ -153,7 +153,8 @@ def sign_test_p(ratios: Sequence[float]) -> float:
     n = sum(1 for r in ratios if r != 1.0)
     if n == 0:
         return 1.0
-    return sum(math.comb(n, k) for k in range(above, n + 1)) / 2.0 ** n
+    # integer division: 2.0 ** n overflows a float past n = 1023 (a long run's chunks)
+    return sum(math.comb(n, k) for k in range(above, n + 1)) / (1 << n)
 
 
 def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *,
