@@ -139,13 +139,6 @@ def flagged_ratios(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[b
     return ratios
 
 
-def flagged_slowdown(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool]
-                     ) -> tuple[float | None, int]:
-    """(median ratio, how many compared) of `flagged_ratios`."""
-    ratios = flagged_ratios(chunks, flags)
-    return (float(np.median(ratios)) if ratios else None), len(ratios)
-
-
 def sign_test_p(ratios: Sequence[float]) -> float:
     """One-sided sign test: the chance of at least this many ratios above 1 among those
     not equal to 1, were each as likely below 1 as above (a flag that says nothing)."""
@@ -161,7 +154,7 @@ def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *
             flagged_by: str, every: str, why: str = "", until_shown: bool = False
             ) -> tuple[list[bool], str | None, float | None]:
     """A run's flags as they stand, why they were lifted (None: they stand) and the
-    flagged chunks' slowdown (`flagged_slowdown`). Every flag is lifted when every chunk
+    flagged chunks' slowdown (the median of `flagged_ratios`). Every flag is lifted when every chunk
     is flagged (`every`: the signal then says nothing useful), or when the flagged chunks
     ran less than `CONFIRM_SLOWDOWN` of their variants' others: a run's flags stand or
     fall together. The one confirmation of every chunk signal (cache readings here, round
@@ -188,12 +181,11 @@ def confirm(chunks: Sequence[tuple[str, SampledChunk]], flags: Sequence[bool], *
                    f"variants' others in the same placement (median of {compared}): not "
                    f"slowed{why}")
     elif until_shown and any(flags):
-        p = sign_test_p(ratios)
         if compared < CONFIRM_MIN_CHUNKS:
             ignored = (f"the {sum(flags)} chunks {flagged_by} could not yet be shown "
                        f"slower ({compared} compared with their variants' others, "
                        f"{CONFIRM_MIN_CHUNKS} needed){why}")
-        elif p >= CONFIRM_P:
+        elif (p := sign_test_p(ratios)) >= CONFIRM_P:
             above = sum(1 for r in ratios if r > 1.0)
             ignored = (f"the {sum(flags)} chunks {flagged_by} ran x{slowdown:.3f} of their "
                        f"variants' others, {above} of {compared} slower: chance would do "
