@@ -583,6 +583,29 @@ def test_the_first_chunk_of_each_subject_gets_a_warm_up_call() -> None:
     assert [w for _, _, w in log] == [3] * 6
 
 
+def test_later_chunks_warm_up_for_warmup_s_at_the_time_per_call_last_read() -> None:
+    """From its second chunk on, a variant discards enough calls to run `warmup_s` at its
+    last chunk's time per call (10 ms: 10 calls of 1 ms, 3 of 4 ms), never fewer than the
+    policy's count; the first round warms up by the count alone (no time per call yet),
+    and the run's policy records the seconds."""
+    clock = FakeClock()
+    log: list[tuple[str, int, int]] = []
+    subjects = [FakeSubject("fast", clock, log, 1e-3), FakeSubject("slow", clock, log, 4e-3)]
+    policy = RoundsPolicy(samples=3, min_rounds=3, placement_budget_s=0.0, warmup=1,
+                          warmup_s=0.01)
+    out = RoundSampler(subjects, policy, placement=None, load=None, single=True,
+                       clock=clock, sleep=clock.sleep).run()
+    warm = {label: [w for name, _, w in log if name == label] for label in ("fast", "slow")}
+    assert warm == {"fast": [1, 10, 10], "slow": [1, 3, 3]}
+    assert out.runs["fast"].policy["warmup_s"] == 0.01
+    log.clear()
+    policy = RoundsPolicy(samples=3, min_rounds=3, placement_budget_s=0.0, warmup=5,
+                          warmup_s=0.01)
+    RoundSampler(subjects, policy, placement=None, load=None, single=True,
+                 clock=clock, sleep=clock.sleep).run()
+    assert [w for name, _, w in log if name == "slow"] == [5, 5, 5]
+
+
 def test_every_subjects_run_shares_the_run_id_and_round_indices() -> None:
     """The runs pair by (run_id, round index); each names the others it was interleaved
     with, and carries the policy, source, threads and (when pinned) its CPUs."""

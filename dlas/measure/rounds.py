@@ -24,12 +24,18 @@ marked, and flags the row noisy.
 Before each chunk the sampler pauses briefly (`settle_s`): a runtime's pool threads spin
 for a while after each call (TVM's, ONNX Runtime's, OpenMP's), and the next chunk,
 possibly of another runtime, and the probe must not share the CPUs with them. Each chunk
-starts with a discarded warm-up call: the variant before it has filled the caches with
-its own weights.
+starts with discarded warm-up calls: the variant before it has filled the caches with
+its own weights. One call is not enough everywhere: on a 2-vCPU Zen 3 (2026-12-01) a
+variant's first calls after the others' chunks read slow for milliseconds, not for one
+call (ONNX Runtime's samples 1 to 6 after its one warm-up call at 1.43, 1.30, 1.27, 1.19,
+1.13 and 1.10x the chunk's last ones, TVM's 1.10 to 1.01x; one-thread ONNX Runtime after
+a 10 ms pause took 8 calls, 6 ms, to come back). So from its second chunk on, a variant
+warms up for `RoundsPolicy.warmup_s` at the time per call its last chunk read.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections import Counter
@@ -199,6 +205,17 @@ class RoundSampler:
             n = min(n, max(1, int(CHUNK_MAX_S / per)))
         return n
 
+    def _warm_calls(self, subject: Subject, first: bool) -> int:
+        """Discarded calls before the subject's next chunk: the policy's count (at least
+        one in the first round), and enough more to run `warmup_s` of them at the time
+        per call its last chunk read (module doc: a variant's first calls after others
+        ran read slow for milliseconds, not for one call)."""
+        warm = max(self.policy.warmup, 1) if first else self.policy.warmup
+        per = self._per_sample.get(subject.label)
+        if self.policy.warmup_s > 0 and per is not None and per > 0:
+            warm = max(warm, math.ceil(self.policy.warmup_s / per))
+        return warm
+
     def _take_round(self, index: int, started: float, first: bool) -> _Round:
         mark = self.load.begin() if self.load is not None else None
         at = self.clock() - started
@@ -207,7 +224,7 @@ class RoundSampler:
         for position, i in enumerate(self.rng.permutation(len(self.subjects))):
             subject = self.subjects[int(i)]
             self.sleep(self.policy.settle_s)
-            warm = max(self.policy.warmup, 1) if first else self.policy.warmup
+            warm = self._warm_calls(subject, first)
             chunk_at = self.clock() - started
             self.on_chunk(subject.label)
             before = self._read_placement()

@@ -51,6 +51,9 @@ class RoundsPolicy:
     settle_s: float = 0.005
     #: Discarded calls at the start of each chunk (the first chunk: at least the sweep's).
     warmup: int = 1
+    #: And at least this many seconds of them, once a chunk of the variant has told its
+    #: time per call (`dlas.runner.timing_groups.WARMUP_S`; 0: the count alone).
+    warmup_s: float = 0.0
 
     @property
     def per_round(self) -> int:
@@ -61,7 +64,8 @@ class RoundsPolicy:
                 "max_rounds": self.max_rounds, "per_round": self.per_round,
                 "placement_budget_s": self.placement_budget_s,
                 "noise_retries": self.noise_retries, "noise_budget_s": self.noise_budget_s,
-                "settle_s": self.settle_s, "warmup": self.warmup}
+                "settle_s": self.settle_s, "warmup": self.warmup,
+                "warmup_s": self.warmup_s}
 
 
 @dataclass(frozen=True)
