@@ -31,6 +31,14 @@ from dlas.measure.placement import PREFERENCE
 Tally = Mapping[str, Counter[str]]
 
 
+#: Seconds of discarded calls before every chunk of a sweep's or a profile's timing
+#: (`RoundsPolicy.warmup_s`): on a 2-vCPU Zen 3 a variant's calls after the other
+#: variants' chunks (and the placement probe's cache reading) ran slow for 5-6 ms, ONNX
+#: Runtime's first samples up to 1.4x (`dlas.measure.rounds`, module doc); 10 ms covers
+#: that with room. It costs 10 ms a chunk: about 5 s of a quickstart's three passes.
+WARMUP_S = 0.01
+
+
 @dataclass(frozen=True)
 class RoundsPolicy:
     """How many rounds to take and how long to try (from the sweep's budgets)."""
@@ -52,7 +60,7 @@ class RoundsPolicy:
     #: Discarded calls at the start of each chunk (the first chunk: at least the sweep's).
     warmup: int = 1
     #: And at least this many seconds of them, once a chunk of the variant has told its
-    #: time per call (`dlas.runner.timing_groups.WARMUP_S`; 0: the count alone).
+    #: time per call (`WARMUP_S` for sweeps and profiles; 0: the count alone).
     warmup_s: float = 0.0
 
     @property

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from dlas.measure.rounds import RoundSampler
-from dlas.measure.stopping import RoundsPolicy
+from dlas.measure.stopping import WARMUP_S, RoundsPolicy
 from dlas.profile.kernels import KernelInfo, KernelManifest, conv_algorithm
 from dlas.results.latency import run_figures, run_groups
 from dlas.results.layer_profile import LayerTime, PointProfile
@@ -47,7 +47,8 @@ SAMPLE_MIN_S = 200e-6
 #: The policy of a profile's rounds when none is given: a CI needs about ten rounds;
 #: three samples of each kernel per round keep a round of 40 kernels under a second.
 PROFILE_POLICY = RoundsPolicy(samples=30, min_rounds=10, max_rounds=30,
-                              placement_budget_s=20.0, noise_retries=3, noise_budget_s=10.0)
+                              placement_budget_s=20.0, noise_retries=3, noise_budget_s=10.0,
+                              warmup_s=WARMUP_S)
 
 
 @dataclass

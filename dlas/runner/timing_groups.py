@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlas.measure.stopping import RoundsPolicy
+from dlas.measure.stopping import WARMUP_S, RoundsPolicy
 from dlas.runner.worker_starts import (
     WorkerStarts,
     hand_request,
@@ -98,12 +98,6 @@ def group_title(point: Point) -> str:
 #: chunks, and the first rounds of a run are the ones taken while the placement settles
 #: (docs/timing.md: passes cut to their first 3 rounds brought the worst cases back).
 MIN_ROUNDS_PER_PASS = 4
-#: Seconds of discarded calls before every chunk (`RoundsPolicy.warmup_s`): on a 2-vCPU
-#: Zen 3 a variant's calls after the other variants' chunks (and the placement probe's
-#: cache reading) ran slow for 5-6 ms, ONNX Runtime's first samples up to 1.4x
-#: (`dlas.measure.rounds`, module doc); 10 ms covers that with room. It costs 10 ms a
-#: chunk: about 5 s of a quickstart's three passes.
-WARMUP_S = 0.01
 
 
 def rounds_policy(point: Point, passes: int | None = None) -> RoundsPolicy:
