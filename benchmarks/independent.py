@@ -23,6 +23,8 @@ vCPU placement (|log ratio| median / worst) and the coverage of each kind of int
   removing it: what a per-runtime control workload could correct at best;
 - the next-run ranges as the rows wrote them: their half-widths per runtime, and how many
   rows their own chunks' spread widened past the runtime's drift (`dlas.results.drift`);
+- a chunk's first samples against its last: what the warm-up calls leave of the slow
+  first calls after the other variants' chunks;
 - the cost: wall time per invocation (only timing runs: everything else is cached).
 
 Every figure is the row's own rule (`dlas.results.latency`, `dlas.results.reproducibility`).
@@ -270,6 +272,26 @@ def common_shift(invocations: list[Invocation], which: str
     return out
 
 
+def first_samples(invocations: list[Invocation], count: int = 6
+                  ) -> dict[str, np.ndarray]:
+    """Per runtime, each stored chunk's first `count` samples over the median of its last
+    three (chunks of at least `count` samples): whether a chunk's warm-up calls
+    (`dlas.measure.stopping.WARMUP_S`) let its first samples run at the chunk's speed."""
+    from dlas.results.store import ResultStore
+
+    ratios: dict[str, list[list[float]]] = defaultdict(list)
+    for inv in invocations:
+        with ResultStore(inv.path / "results.db") as store:
+            for row in store.rows(status="ok"):
+                for run in store.timing_runs(row.point_key, row.timing_key):
+                    for r in run.rounds:
+                        if len(r.samples_ms) >= count:
+                            tail = float(np.median(r.samples_ms[-3:]))
+                            ratios[row.backend or "tvm"].append(
+                                [v / tail for v in r.samples_ms[:count]])
+    return {runtime: np.array(v) for runtime, v in ratios.items()}
+
+
 def report(invocations: list[Invocation], walls: list[float] | None = None,
            fresh: bool = False) -> None:
     from dlas.results.drift_record import this_machine
@@ -317,6 +339,14 @@ def report(invocations: list[Invocation], walls: list[float] | None = None,
     print("\npass to pass within one invocation (single runs, same placement)")
     for runtime, values in sorted(within(invocations).items(), key=lambda kv: kv[0] != "tvm"):
         print(f"  {runtime:<12} {summary(values)}")
+    print("\na chunk's first samples over the median of its last three: median (interquartile "
+          "range) over chunks")
+    for runtime, ratios in sorted(first_samples(invocations).items(),
+                                  key=lambda kv: kv[0] != "tvm"):
+        q1, med, q3 = np.percentile(ratios, [25, 50, 75], axis=0)
+        print(f"  {runtime:<12} " + "  ".join(f"{m:.2f} ({a:.2f}-{b:.2f})"
+                                            for m, a, b in zip(med, q1, q3, strict=True))
+              + f"  ({len(ratios)} chunks)")
     if walls:
         what = "the whole sweep" if fresh else "timing only; all else cached"
         print(f"\nwall time per invocation ({what}): "
