@@ -689,3 +689,24 @@ def test_real_busy_loops_make_a_round_that_is_taken_again_clean() -> None:
         assert run.rounds[0].index >= 1
         assert sum(len(r.samples_ms) for r in run.rounds) >= 20
     assert out.placement == UNKNOWN and out.notes == []
+
+
+def test_a_wait_for_near_placement_records_whether_it_got_there() -> None:
+    """Far throughout: the run's events hold a wait that did not reach near, with its
+    length; far for 2 s, then near: a wait that did; near from the start: no wait."""
+    for state_at, reached in ((lambda t: FAR, False),
+                              (lambda t: FAR if t < 2.0 else NEAR, True),
+                              (lambda t: NEAR, None)):
+        policy = RoundsPolicy(samples=6, min_rounds=3, max_rounds=60, placement_budget_s=5.0)
+        clock = FakeClock()
+        s, _, _ = sampler(["a", "b"], policy, clock=clock, per_sample_s=0.1,
+                          placement=probe_by_time(clock, state_at))
+        out = s.run()
+        for run in out.runs.values():
+            waits = [e for e in run.events if e["event"] == "placement_wait"]
+            if reached is None:
+                assert not waits
+                continue
+            assert len(waits) == 1 and waits[0]["reached"] is reached
+            assert waits[0]["target"] == NEAR and waits[0]["placement"] == run.placement
+            assert (waits[0]["seconds"] >= policy.placement_budget_s) is not reached

@@ -410,5 +410,11 @@ class RoundSampler:
                          "used a measurement CPU's core caches (cache reading above "
                          f"{CONTENTION_FACTOR:.1f}x its usual and beyond this run's own "
                          "spread); they are left out")
+        if waiting.enough_since is not None and policy.placement_budget_s > 0:
+            # what the run's wait for its target placement got: the sweep stops waiting
+            # once one came to nothing (`dlas.runner.placement_waits`)
+            self.events.append({"event": "placement_wait", "target": target,
+                                "placement": placement, "reached": placement == target,
+                                "seconds": round(self.clock() - waiting.enough_since, 3)})
         runs = self._runs(kept, placement, run_id, started_at, self.clock() - started)
         return RoundsResult(runs, placement, notes)

@@ -28,9 +28,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from dlas.measure.record import TimingRun
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
+from dlas.runner.placement_waits import PlacementWaits
 from dlas.runner.signals import interrupted
 from dlas.runner.worker_starts import WorkerStarts
 from dlas.runner.workspace import StageTally
@@ -88,6 +90,9 @@ class StageExecutor:
         #: Where timing groups get their workers (`dlas.runner.worker_starts`); None: a
         #: fresh worker each, with no spare (the runner sets one for its run).
         self.worker_starts: WorkerStarts | None = None
+        #: What the run's timing groups learnt of waiting for near placement; None: every
+        #: group waits its planned share (the runner sets one for its series of runs).
+        self.placement_waits: PlacementWaits | None = None
 
     @property
     def console(self) -> Any:
@@ -329,6 +334,8 @@ class StageExecutor:
                                             str(tmp)))
             request = group_request(first, members, str(self.env.workspace_root),
                                     str(self.cache.root), self.timing_source)
+            if self.placement_waits is not None:
+                request.policy = self.placement_waits.policy(request.policy)
             began, start = time.time(), time.perf_counter()
             with self.console.timing(title or group_title(first),
                                      [m.label for m in members],
@@ -343,6 +350,13 @@ class StageExecutor:
                     got = [MemberResult(error=f"{type(exc).__name__}: {exc}",
                                         traceback=traceback.format_exc()) for _ in members]
             elapsed = time.perf_counter() - start
+            if self.placement_waits is not None:
+                said = self.placement_waits.observe(
+                    title or group_title(first),
+                    [_timing_of(stage, result) for (_, _, stage, _), result
+                     in zip(entries, got, strict=True)])
+                if said:
+                    self.console.note(said)
             for (_, _, stage, key), (ctx, meta), result in zip(entries, writers, got,
                                                                        strict=True):
                 name = (stage.name, key)
@@ -365,6 +379,17 @@ class StageExecutor:
                 results.append(facts)
                 self.console.timed(stage.name, key)
         return results
+
+
+def _timing_of(stage: TimedStage, result: Any) -> TimingRun | None:
+    """The timing run a worker's answer for one member holds, if any."""
+    if result.meta is None:
+        return None
+    try:
+        facts = stage.read_facts(result.meta)
+    except Exception:  # noqa: BLE001 - an answer without a readable timing: nothing learnt
+        return None
+    return facts.timing if isinstance(facts, MeasureFacts) else None
 
 
 class _Abandon(Exception):

@@ -23,6 +23,7 @@ from dlas.runner.compile_ahead import CompileAhead, compile_due, compile_wanted,
 from dlas.runner.console import RunConsole
 from dlas.runner.executor import EntryBusy, StageExecutor, StageFailed
 from dlas.runner.machine import MachineLock
+from dlas.runner.placement_waits import PlacementWaits
 from dlas.runner.point_plan import PointPlan, complete_row
 from dlas.runner.rows import failed_row, new_row, unmeasurable_row
 from dlas.runner.sweep_executor import (
@@ -80,6 +81,9 @@ class Runner(PlanExecutor):
         #: imported beside its last group serves the next run's first
         #: (`dlas.runner.worker_starts`).
         self._starts: WorkerStarts | None = None
+        #: Whether this series of runs still waits for near placement (one wait that came
+        #: to nothing ends them: `dlas.runner.placement_waits`).
+        self.placement_waits = PlacementWaits()
         self.begin()
 
     def begin(self) -> None:
@@ -124,6 +128,7 @@ class Runner(PlanExecutor):
         self._ahead = self._compile_ahead(plans)
         starts, self._starts = self._starts or WorkerStarts(), None
         self.executor.worker_starts = starts
+        self.executor.placement_waits = self.placement_waits
         finished = False
         try:
             self._walk(run, plans)
@@ -139,7 +144,9 @@ class Runner(PlanExecutor):
                 self._ahead = None
 
     def end_runs(self) -> None:
-        """Let the spare kept for a next run go (`run_in_passes` ended)."""
+        """Let the spare kept for a next run go (`run_in_passes` ended); a next series
+        waits for near placement afresh."""
+        self.placement_waits = PlacementWaits()
         if self._starts is not None:
             self._starts.close()
             self._starts = None
