@@ -36,9 +36,10 @@ def test_one_wait_in_vain_ends_the_waits_of_the_run_and_is_said_once() -> None:
     assert waits.observe("b", [run_with([])]) is None  # no wait at all
     assert waits.policy(planned) is planned
     said = waits.observe("resnet18", [None, run_with([failed_wait(10.4)])])
-    assert said and "resnet18's 10 s wait" in said and "near placement" in said
-    assert waits.policy(planned).placement_budget_s == 0.0
-    assert dataclasses.replace(waits.policy(planned), placement_budget_s=10.0) == planned
+    assert said and "a 10 s wait (resnet18)" in said and "near placement" in said
+    assert waits.policy(planned).target_wait is False
+    assert waits.policy(planned).placement_budget_s == 10.0  # rule 3's bound stays
+    assert dataclasses.replace(waits.policy(planned), target_wait=True) == planned
     assert waits.observe("mobilenetv2", [run_with([failed_wait()])]) is None  # said once
 
 
@@ -55,10 +56,10 @@ def test_a_sweeps_later_groups_skip_the_wait_after_one_came_to_nothing(
     monkeypatch.setattr(timing_groups, "rounds_policy", lambda point, passes=None: (
         dataclasses.replace(capped(point, passes), placement_budget_s=1.0)))
     real = timing_groups.time_group
-    budgets: list[float] = []
+    budgets: list[tuple[float, bool]] = []
 
     def time_group(request: Any, events: Any, **kw: Any) -> Any:
-        budgets.append(request.policy.placement_budget_s)
+        budgets.append((request.policy.placement_budget_s, request.policy.target_wait))
         got = real(request, events, **kw)
         if len(budgets) == 1:
             for result in got:
@@ -73,6 +74,6 @@ def test_a_sweeps_later_groups_skip_the_wait_after_one_came_to_nothing(
     config = parse_config(tiny_sweep("waits", algorithms=["direct"]))
     report = run_in_passes(runner, config, passes=2)
     assert report.ok == 1
-    assert budgets == [1.0, 0.0], budgets
-    assert sum("take no wait" in n for n in notes) == 1, notes
+    assert budgets == [(1.0, True), (1.0, False)], budgets
+    assert sum("do not wait for it" in n for n in notes) == 1, notes
     assert runner.placement_waits.in_vain is None  # the series ended: the next one waits

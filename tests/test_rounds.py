@@ -710,3 +710,20 @@ def test_a_wait_for_near_placement_records_whether_it_got_there() -> None:
             assert len(waits) == 1 and waits[0]["reached"] is reached
             assert waits[0]["target"] == NEAR and waits[0]["placement"] == run.placement
             assert (waits[0]["seconds"] >= policy.placement_budget_s) is not reached
+
+
+def test_without_the_target_wait_far_rounds_stop_at_once_and_record_no_wait() -> None:
+    """Far throughout with `target_wait` off: the run stops in the round in which every
+    subject has min_rounds far rounds, says nothing of waiting and records no wait."""
+    policy = RoundsPolicy(samples=6, min_rounds=3, max_rounds=60, placement_budget_s=5.0,
+                          target_wait=False)
+    clock = FakeClock()
+    said: list[str] = []
+    s, _, _ = sampler(["a", "b"], policy, clock=clock, per_sample_s=0.1, say=said.append,
+                      placement=probe_by_time(clock, lambda t: FAR))
+    out = s.run()
+    assert out.placement == FAR
+    for run in out.runs.values():
+        assert len(run.rounds) == policy.min_rounds
+        assert not [e for e in run.events if e["event"] == "placement_wait"]
+    assert not any("enough rounds in" in line for line in said)

@@ -50,6 +50,22 @@ def test_a_zero_placement_budget_stops_as_soon_as_a_placement_is_enough() -> Non
     assert next_step(policy, NEAR, counts({FAR: 4}), Waiting(), 0.0, False).stop
 
 
+def test_without_the_target_wait_a_split_run_goes_on_and_an_enough_one_stops() -> None:
+    """`target_wait` off (a sweep whose earlier wait came to nothing): rounds split
+    between placements still go on within the budget (rule 3) until one placement has
+    enough; then the run stops at once instead of waiting for near (rule 4)."""
+    policy = RoundsPolicy(samples=20, min_rounds=4, placement_budget_s=10.0,
+                          target_wait=False)
+    split = counts({NEAR: 2, FAR: 3}, rounds=5)
+    first = next_step(policy, NEAR, split, Waiting(), 3.0, False)
+    assert not first.stop and first.waiting.rounds_since == 3.0
+    assert not next_step(policy, NEAR, split, first.waiting, 12.9, False).stop
+    step = next_step(policy, NEAR, counts({NEAR: 2, FAR: 4}, rounds=6), first.waiting, 4.0,
+                     False)
+    assert step.stop and step.began_waiting_in == FAR
+    assert next_step(policy, NEAR, counts({NEAR: 4, FAR: 2}), Waiting(), 0.0, False).stop
+
+
 def test_chunks_that_never_settle_stop_a_budget_after_min_rounds() -> None:
     mixed = counts({NEAR: 1, FAR: 1}, rounds=4)  # the rest mixed: nothing usable enough
     first = next_step(POLICY, NEAR, mixed, Waiting(), 2.0, False)

@@ -15,7 +15,8 @@ The rule, in order:
    run stops whatever the placement (chunks that never settle: mixed, erratic).
 4. Enough usable chunks in a less preferred placement (or, with the noise budget spent,
    enough placed chunks, quiet or not): wait up to `placement_budget_s` for the target
-   placement, then stop.
+   placement, then stop; without `target_wait` (a sweep whose earlier wait came to
+   nothing: `dlas.runner.placement_waits`), stop at once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class RoundsPolicy:
     max_rounds: int = 60
     #: Seconds a run may keep taking rounds to reach the preferred placement.
     placement_budget_s: float = 30.0
+    #: Whether rule 4 waits (that budget) for the target placement once another placement
+    #: has enough rounds; rule 3's bound applies either way.
+    target_wait: bool = True
     #: Re-takes of rounds taken under load, and seconds for waiting and re-taking.
     noise_retries: int = 5
     noise_budget_s: float = 20.0
@@ -71,6 +75,7 @@ class RoundsPolicy:
         return {"samples": self.samples, "min_rounds": self.min_rounds,
                 "max_rounds": self.max_rounds, "per_round": self.per_round,
                 "placement_budget_s": self.placement_budget_s,
+                "target_wait": self.target_wait,
                 "noise_retries": self.noise_retries, "noise_budget_s": self.noise_budget_s,
                 "settle_s": self.settle_s, "warmup": self.warmup,
                 "warmup_s": self.warmup_s}
@@ -141,7 +146,7 @@ def next_step(policy: RoundsPolicy, target: str, counts: RoundCounts, waiting: W
     if enough_since is None:  # rule 4's wait starts now
         enough_since = now
         began = enough
-    return Step(now - enough_since >= policy.placement_budget_s,
+    return Step(not policy.target_wait or now - enough_since >= policy.placement_budget_s,
                 Waiting(rounds_since, enough_since), began)
 
 

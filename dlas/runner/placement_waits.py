@@ -13,7 +13,8 @@ evidence, taken minutes ago, that another will not pay: the run's later groups (
 pass of it) take no wait, and the console says so once. A group that reaches near
 without waiting is timed exactly as before; one that does not is timed in the placement
 it has, as it would be after its wait, and its timing record shows the wait it skipped
-(`policy.placement_budget_s` 0).
+(`policy.target_wait` false). Only that wait goes: a group whose rounds are split
+between placements still takes rounds until one placement has enough of them.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ class PlacementWaits:
     in_vain: str | None = None
 
     def policy(self, planned: RoundsPolicy) -> RoundsPolicy:
-        """The group's rounds policy: `planned`, without its placement wait once a wait
-        of this run has come to nothing."""
-        if self.in_vain is None or planned.placement_budget_s == 0:
+        """The group's rounds policy: `planned`, without its wait for the target
+        placement once a wait of this run has come to nothing. Its bound on rounds that
+        have no placement with enough of them yet stays (rule 3 of
+        `dlas.measure.stopping`): a group whose rounds are split between placements goes
+        on until one has enough, as before."""
+        if self.in_vain is None or not planned.target_wait:
             return planned
-        return replace(planned, placement_budget_s=0.0)
+        return replace(planned, target_wait=False)
 
     def observe(self, group: str, runs: Iterable[TimingRun | None]) -> str | None:
         """Take note of a timed group's runs; the console line to print when this group's
@@ -50,8 +54,8 @@ class PlacementWaits:
             if waits and not waits[-1].get("reached", True):
                 wait = waits[-1]
                 self.in_vain = group
-                return (f"the vCPUs stayed out of {wait.get('target')} placement through "
-                        f"{group}'s {float(wait.get('seconds', 0.0)):.0f} s wait: this run's "
-                        f"later timing groups take no wait (they are timed in the placement "
-                        f"they have; docs/timing.md)")
+                return (f"the vCPUs stayed out of {wait.get('target')} placement through a "
+                        f"{float(wait.get('seconds', 0.0)):.0f} s wait ({group}): this "
+                        f"run's later timing groups do not wait for it (each is timed in "
+                        f"the placement it has enough rounds in; docs/timing.md)")
         return None
