@@ -67,6 +67,7 @@ from dlas.tuning.metaschedule.report import (
     reused_report,
     with_source,
 )
+from dlas.tuning.metaschedule.search_strategy import breeds, evolutionary_search
 from dlas.tuning.metaschedule.sparse_space import csr_space, gpu_csr_space
 from dlas.tuning.metaschedule.tasks import Task, conv_specs, extract
 from dlas.tuning.metaschedule.transfer import (
@@ -152,21 +153,6 @@ def _flops(task: Task) -> float:
         return float(estimate_tir_flops(task.mod))
     except Exception:  # noqa: BLE001 - no estimate (e.g. data-dependent loops): last
         return 0.0
-
-
-#: Rounds of initial sampling that may find no valid schedule before a task's search gives
-#: up (MetaSchedule's default: 5). On a GPU, 5-15% of random samples of these small convs
-#: pass `VerifyGPUCode` (thread extents of at least a warp); at 5% and a population of 16,
-#: 5 empty rounds came before 16 valid samples and the H100's tuned point got 0 trials.
-#: A round costs milliseconds (no build), and only rounds that find none count.
-INIT_SAMPLE_ROUNDS = 64
-
-
-def evolutionary_search(population: int) -> ms.search_strategy.EvolutionarySearch:
-    """The search strategy of every tuning session."""
-    return ms.search_strategy.EvolutionarySearch(
-        population_size=population, init_min_unmeasured=min(50, population),
-        max_fail_count=INIT_SAMPLE_ROUNDS)
 
 
 def _algorithms(names: set[str]) -> dict[str, Any]:
@@ -493,6 +479,10 @@ class MetaScheduleHook:
         progress = [TaskProgress() for _ in jobs]
         names = ", ".join(job.task.name for job in jobs)
         cost_model, ranking = session_cost_model(s.cost_model, budget, s.seed)
+        breed = breeds(cost_model, [job.need for job in jobs], per_iter)
+        if not breed:
+            ranking = "; ".join(filter(None, (ranking, "one batch per task, drawn without "
+                                                       "breeding")))
         self.say(f"tuning {len(jobs)} task(s) in one session, {budget} trials"
                  + (f" ({ranking})" if ranking else "") + f": {names}")
         started = time.monotonic()
@@ -510,7 +500,7 @@ class MetaScheduleHook:
         alloc = RealArguments(by_signature={
             task_signature(job.task.mod): job.task.index_constants()
             for job in jobs if job.task.index_constants()})
-        strategy = evolutionary_search(s.population)
+        strategy = evolutionary_search(s.population, breed)
         threads = search_threads(cost_model, s.builder_workers, target)
         shared = SessionBudget(budget)
         started = time.perf_counter()
