@@ -417,6 +417,8 @@ class RoundSampler:
             # once one came to nothing (`dlas.runner.placement_waits`)
             self.events.append({"event": "placement_wait", "target": target,
                                 "placement": placement, "reached": placement == target,
-                                "seconds": round(self.clock() - waiting.enough_since, 3)})
+                                "seconds": round(self.clock() - min(
+                                    t for t in (waiting.rounds_since, waiting.enough_since)
+                                    if t is not None), 3)})
         runs = self._runs(kept, placement, run_id, started_at, self.clock() - started)
         return RoundsResult(runs, placement, notes)
