@@ -5,10 +5,10 @@ pass's share of `budgets.placement_wait_s` (10 s of the default 30 over 3 passes
 the vCPUs move to near placement (`dlas.measure.stopping`, rule 4). On the hosts this
 project's sessions get, the vCPUs stay where they are for minutes more often than not:
 of 20 such waits in 14 quickstart-sized runs on a 2-vCPU Zen 3 (2026-12-01), 5 reached
-near; after one wait had ended in far, the run's next wait reached near once in 4, and
-its next groups were mostly near from their start without any wait. A Zen 4 whose vCPUs
-stayed far took every pass of 3 of 5 invocations far, waiting 10 s per group each time
-(docs/timing.md). So a wait that ran its whole budget in far is this host's own
+near; of the waits that came after one had ended in far in the same run, 1 in 6 reached
+near, and the run's other groups were mostly near from their start without any wait.
+A Zen 4 whose vCPUs stayed far took every pass of 3 of 5 invocations far, waiting 10 s
+per group each time (docs/timing.md). So a wait that ran its whole budget in far is this host's own
 evidence, taken minutes ago, that another will not pay: the run's later groups (every
 pass of it) take no wait, and the console says so once. A group that reaches near
 without waiting is timed exactly as before; one that does not is timed in the placement
