@@ -356,8 +356,7 @@ class RoundSampler:
             step = next_step(policy, target, tally, waiting, self.clock(),
                              self._noise_budget_spent())
             waiting = step.waiting
-            if (step.began_waiting_in is not None and policy.placement_budget_s > 0
-                    and policy.target_wait):
+            if step.began_waiting_in is not None and policy.waits_for_target:
                 self.say(f"enough rounds in {step.began_waiting_in} placement; taking more "
                          f"for up to {policy.placement_budget_s:.0f} s in case the vCPUs "
                          f"move to {target} placement")
@@ -411,8 +410,7 @@ class RoundSampler:
                          "used a measurement CPU's core caches (cache reading above "
                          f"{CONTENTION_FACTOR:.1f}x its usual and beyond this run's own "
                          "spread); they are left out")
-        if (waiting.enough_since is not None and policy.placement_budget_s > 0
-                and policy.target_wait):
+        if waiting.enough_since is not None and policy.waits_for_target:
             # what the run's wait for its target placement got: the sweep stops waiting
             # once one came to nothing (`dlas.runner.placement_waits`)
             self.events.append({"event": "placement_wait", "target": target,

@@ -68,6 +68,11 @@ class RoundsPolicy:
     warmup_s: float = 0.0
 
     @property
+    def waits_for_target(self) -> bool:
+        """Whether rule 4 can wait at all: a budget, and `target_wait`."""
+        return self.placement_budget_s > 0 and self.target_wait
+
+    @property
     def per_round(self) -> int:
         return max(1, math.ceil(self.samples / self.min_rounds))
 

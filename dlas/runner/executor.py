@@ -28,7 +28,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from dlas.measure.record import TimingRun
 from dlas.runner.cache import Cache
 from dlas.runner.claims import Claims, Holder
 from dlas.runner.machine import MachineLock
@@ -350,13 +349,6 @@ class StageExecutor:
                     got = [MemberResult(error=f"{type(exc).__name__}: {exc}",
                                         traceback=traceback.format_exc()) for _ in members]
             elapsed = time.perf_counter() - start
-            if self.placement_waits is not None:
-                said = self.placement_waits.observe(
-                    title or group_title(first),
-                    [_timing_of(stage, result) for (_, _, stage, _), result
-                     in zip(entries, got, strict=True)])
-                if said:
-                    self.console.note(said)
             for (_, _, stage, key), (ctx, meta), result in zip(entries, writers, got,
                                                                        strict=True):
                 name = (stage.name, key)
@@ -378,18 +370,13 @@ class StageExecutor:
                 self._facts[name] = facts
                 results.append(facts)
                 self.console.timed(stage.name, key)
+            if self.placement_waits is not None:
+                said = self.placement_waits.observe(
+                    title or group_title(first),
+                    [r.timing if isinstance(r, MeasureFacts) else None for r in results])
+                if said:
+                    self.console.note(said)
         return results
-
-
-def _timing_of(stage: TimedStage, result: Any) -> TimingRun | None:
-    """The timing run a worker's answer for one member holds, if any."""
-    if result.meta is None:
-        return None
-    try:
-        facts = stage.read_facts(result.meta)
-    except Exception:  # noqa: BLE001 - an answer without a readable timing: nothing learnt
-        return None
-    return facts.timing if isinstance(facts, MeasureFacts) else None
 
 
 class _Abandon(Exception):

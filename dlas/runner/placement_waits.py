@@ -10,7 +10,7 @@ near, and the run's other groups were mostly near from their start without any w
 A Zen 4 whose vCPUs stayed far took every pass of 3 of 5 invocations far, waiting 10 s
 per group each time (docs/timing.md). So a wait that ran its whole budget in far is this host's own
 evidence, taken minutes ago, that another will not pay: the run's later groups (every
-pass of it) take no wait, and the console says so once. A group that reaches near
+pass of it) do not wait for near, and the console says so once. A group that reaches near
 without waiting is timed exactly as before; one that does not is timed in the placement
 it has, as it would be after its wait, and its timing record shows the wait it skipped
 (`policy.target_wait` false). Only that wait goes: a group whose rounds are split
