@@ -57,7 +57,7 @@ def main() -> None:
     for name, times in (("import tvm", plain), ("import dlas, tvm", wrapped)):
         print(f"{name:24s} {statistics.median(times):9.3f} {min(times):7.3f} "
               f"{max(times):7.3f}")
-    ratios = sorted(w / p for w, p in zip(wrapped, plain))
+    ratios = sorted(w / p for w, p in zip(wrapped, plain, strict=True))
     print(f"wrapped / plain: median x{statistics.median(ratios):.2f} "
           f"(pairs x{ratios[0]:.2f}-x{ratios[-1]:.2f}); saved per process "
           f"{statistics.median(plain) - statistics.median(wrapped):.2f} s")
