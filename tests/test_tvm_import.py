@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dlas._compat.tvm_import import _QuietProbes
+from dlas._compat.tvm_import import PRINTER_NAME, _QuietProbes
 
 #: What a process reports of the TVM it imported (a JSON line).
 REPORT = r"""
@@ -75,7 +75,7 @@ def test_dlas_first_gives_the_tvm_a_plain_import_gives(
 
 class _FakeOp:
     registered: list[str] = ["a", "b"]
-    attrs: dict[tuple[str, str], str] = {("a", "Name"): "a_name"}
+    attrs: dict[tuple[str, str], str] = {("a", PRINTER_NAME): "a_name"}
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -115,15 +115,19 @@ def test_probes_answer_misses_without_the_expensive_error_and_see_later_ops() ->
             _FakeOp.get("c")
         _FakeOp.registered.append("c")  # registered after the first look
         assert _FakeOp.get("c").name == "c"
-        # a string the op holds already: no call into TVM
-        api.RegisterOpAttr("a", "Name", "a_name", 20)
+        # a printer name the op holds already: no call into TVM
+        api.RegisterOpAttr("a", PRINTER_NAME, "a_name", 20)
         assert _FakeApi.calls == []
-        api.RegisterOpAttr("b", "Name", "b_name", 20)
-        assert _FakeApi.calls == [("b", "Name", "b_name", 20)]
+        api.RegisterOpAttr("b", PRINTER_NAME, "b_name", 20)
+        assert _FakeApi.calls == [("b", PRINTER_NAME, "b_name", 20)]
         with pytest.raises(ValueError, match="same level"):
-            api.RegisterOpAttr("b", "Name", "b_name", 20)
-        api.RegisterOpAttr("b", "Name", "b_other", 30)  # a higher level goes through
+            api.RegisterOpAttr("b", PRINTER_NAME, "b_name", 20)
+        api.RegisterOpAttr("b", PRINTER_NAME, "b_other", 30)  # a higher level goes through
         assert len(_FakeApi.calls) == 2
+        # any other attribute is TVM's to judge, twice or not
+        api.RegisterOpAttr("a", "Other", "x", 10)
+        api.RegisterOpAttr("a", "Other", "x", 10)
+        assert len(_FakeApi.calls) == 4
     finally:
         probes.restore()
     assert _FakeOp.__dict__["get"] is probes.original_get

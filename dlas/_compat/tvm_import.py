@@ -51,6 +51,9 @@ COUNTS = ProbeCounts()
 
 #: The module whose `Op.get` the import's probes call.
 OP_MODULE = "tvm.ir.op"
+#: The op attribute the backends' probes register (TVMScript's printer names); other
+#: registrations pass through untouched.
+PRINTER_NAME = "TScriptPrinterName"
 #: The sub-package `tvm.runtime` imports before disco's library is loaded.
 DISCO = "tvm.runtime.disco"
 
@@ -78,7 +81,7 @@ class _QuietProbes:
 
     - `Op.get` of a name TVM has not registered raises a ValueError (TVM's own error
       would say the same, after building a backtrace);
-    - registering an op attribute again at the level this import already registered it
+    - registering a printer name again at the level this import already registered it
       raises a ValueError: TVM refuses the same level twice ("already registered with
       same plevel");
     - registering a string (a printer name) an op already holds is skipped: TVM would
@@ -119,13 +122,17 @@ class _QuietProbes:
         return self.real_get(op_name)
 
     def register(self, op_name: Any, attr_key: Any, value: Any, level: Any) -> Any:
+        if str(attr_key) != PRINTER_NAME or not isinstance(value, str):
+            return self.real_register(op_name, attr_key, value, level)  # not a probe's
         key = (str(op_name), str(attr_key), int(level))
         if key in self.registered:
             COUNTS.registrations_answered += 1
             raise ValueError(f"attribute {attr_key} of {op_name} is already registered "
                              f"with the same level {level} (checked by dlas while TVM "
                              "imports)")
-        if isinstance(value, str) and str(op_name) in self.names:
+        if str(op_name) not in self.names:
+            self._refresh()
+        if str(op_name) in self.names:
             current = self.real_get(str(op_name)).get_attr(str(attr_key))
             if isinstance(current, str) and str(current) == value:
                 COUNTS.registrations_answered += 1
