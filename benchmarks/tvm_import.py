@@ -14,7 +14,6 @@ Run on an otherwise idle machine (about a minute on 2 cores).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import subprocess
 import sys
@@ -31,16 +30,6 @@ def _seconds(code: str) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8,
@@ -52,7 +41,9 @@ def main() -> None:
     for _ in range(args.rounds):
         plain.append(_seconds(PLAIN))
         wrapped.append(_seconds(WRAPPED))
-    print(f"CPU: {_cpu()}, {args.rounds} alternating pairs of fresh processes")
+    from dlas.results.drift_record import this_machine  # after the timed processes
+
+    print(f"machine: {this_machine()}; {args.rounds} alternating pairs of fresh processes")
     print(f"{'import':24s} {'median s':>9s} {'min':>7s} {'max':>7s}")
     for name, times in (("import tvm", plain), ("import dlas, tvm", wrapped)):
         print(f"{name:24s} {statistics.median(times):9.3f} {min(times):7.3f} "

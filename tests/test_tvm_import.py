@@ -36,6 +36,8 @@ print(json.dumps({{
     "get_module": Op.get.__module__, "unknown_op_error": unknown,
     "gc": gc.isenabled(),
     "finders": [type(f).__name__ for f in sys.meta_path if "Tvm" in type(f).__name__],
+    "loaders": [type(m.__loader__).__name__ + "/" + type(m.__spec__.loader).__name__
+                for m in (tvm, sys.modules["tvm.ir.op"])],
     "counts": __import__("dataclasses").asdict(sys.modules["dlas._compat.tvm_import"].COUNTS)
               if "dlas" in sys.modules else None,
 }}))
@@ -60,7 +62,8 @@ def test_dlas_first_gives_the_tvm_a_plain_import_gives(
     assert wrapped["printer"] == plain["printer"]
     named = sum(1 for name in plain["printer"].values() if name)
     assert named > 100  # the probes did register printer names
-    for key in ("disco_at_import", "disco_later", "get_module", "unknown_op_error", "gc"):
+    for key in ("disco_at_import", "disco_later", "get_module", "unknown_op_error", "gc",
+                "loaders"):
         assert wrapped[key] == plain[key], key
     assert wrapped["get_module"] == "tvm.ir.op"  # TVM's own Op.get again
     assert wrapped["unknown_op_error"] != "builtins.ValueError"
@@ -105,6 +108,8 @@ class _FakeApi:
 def test_probes_answer_misses_without_the_expensive_error_and_see_later_ops() -> None:
     import types
 
+    _FakeOp.registered[:] = ["a", "b"]  # as declared, should the test run again
+    _FakeApi.calls.clear()
     api = types.ModuleType("fake_ffi_api")
     api.RegisterOpAttr = _FakeApi.RegisterOpAttr  # type: ignore[attr-defined]
     probes = _QuietProbes(_FakeOp, _FakeOp.__dict__["get"], api)

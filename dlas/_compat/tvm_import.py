@@ -59,11 +59,18 @@ DISCO = "tvm.runtime.disco"
 
 
 class _AroundExec(importlib.abc.Loader):
-    """A loader that runs `before`/`after` around another loader's `exec_module`."""
+    """A loader that runs `before`/`after` around another loader's `exec_module`.
+
+    Everything else is the real loader's (`get_source`, `get_resource_reader`, ...), and
+    once the module has run, its `__loader__` and `__spec__.loader` are the real loader
+    again, as a plain import leaves them."""
 
     def __init__(self, real: importlib.abc.Loader, before: Callable[[ModuleType], Any],
                  after: Callable[[ModuleType, Any], None]) -> None:
         self.real, self.before, self.after = real, before, after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self.real.create_module(spec)
@@ -73,6 +80,9 @@ class _AroundExec(importlib.abc.Loader):
         try:
             self.real.exec_module(module)
         finally:
+            module.__loader__ = self.real
+            if module.__spec__ is not None:
+                module.__spec__.loader = self.real
             self.after(module, state)
 
 
