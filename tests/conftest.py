@@ -16,6 +16,11 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
+#: Tables as a log gets them (`dlas.runner.console.PIPE_WIDTH`), whatever the terminal the
+#: suite was started from exports: with COLUMNS=80 rich folds the plan's and the plugin
+#: listing's cells, and tests that read a phrase from them failed. Tests of the width
+#: itself set COLUMNS with monkeypatch.
+os.environ["COLUMNS"] = "240"
 #: Compile helpers (`dlas.runner.compile_ahead`) only where a test asks for them
 #: (tests/test_compile_ahead.py): elsewhere every entry is computed by the test's own
 #: process, as the tests of counts, claims and interrupts expect.
