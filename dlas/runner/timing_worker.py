@@ -71,10 +71,31 @@ def _thread_cpus() -> list[list[int]]:
     return out
 
 
+def _cpu_ns(tid: int) -> int:
+    """Nanoseconds thread `tid` of this process has run (schedstat; 0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+#: A parallel region long enough that every thread of OpenMP's team takes part in it
+#: (a 512x512 float32 matmul: 0.27 GFLOP, a few ms on two cores).
+_POOL_PROBE_SIDE = 512
+
+
 def _start_openmp(threads: int | None, cpus: list[int] | None) -> None:
-    """Start PyTorch's OpenMP pool now and pin the threads it starts, one per CPU after
-    the first (this thread, which OpenMP runs as thread 0, is pinned to the first with
-    TVM's pool: `dlas.measure.vm_timing.set_num_threads`).
+    """Start PyTorch's OpenMP pool now and pin its workers, one per CPU after the first,
+    and this thread (which OpenMP runs as thread 0) to the first, where TVM's pool puts
+    it too (`dlas.measure.vm_timing.set_num_threads`).
+
+    The workers are the threads that run a parallel region: PyTorch's first parallel
+    region starts two threads on a 2-thread pool, and the first of them (by id) never
+    runs one. Pinning the first started thread, as this did before 2026-12-01, pinned
+    that idle one and left OpenMP's worker where it started: floating over every CPU, so
+    at times on the main thread's vCPU, where each fork-join waits for a time slice (with
+    the main thread pinned before the pool started, the worker stayed on its CPU and
+    ResNet18-w0.5 read 640 ms instead of 5-10 on a Zen 3).
 
     Why not OMP_PLACES/OMP_PROC_BIND: every copy of libgomp in the process reads them as
     it loads and binds the loading thread to the first place; scikit-learn's wheels bring
@@ -91,12 +112,29 @@ def _start_openmp(threads: int | None, cpus: list[int] | None) -> None:
     torch.mm(a, a)  # a parallel region: the pool's threads start here
     started = sorted(_threads() - before)
     if cpus and len(cpus) > 1:
-        for tid, cpu in zip(started, cpus[1:], strict=False):
+        pinned = 0
+        for tid, cpu in zip(pool_workers(started), cpus[1:], strict=False):
             try:
                 os.sched_setaffinity(tid, {cpu})
+                pinned += 1
             except OSError:
                 pass
-        os.environ["DLAS_OMP_PINNED"] = ",".join(str(c) for c in cpus)
+        os.sched_setaffinity(0, {cpus[0]})
+        if pinned:  # the peer's row says so (`pinned_cpus`)
+            os.environ["DLAS_OMP_PINNED"] = ",".join(str(c) for c in cpus[:pinned + 1])
+
+
+def pool_workers(started: list[int]) -> list[int]:
+    """Of the threads `started`, those that run PyTorch's parallel regions, busiest
+    first: each one's run time across a few regions, read from the kernel."""
+    import torch
+
+    ran = {tid: _cpu_ns(tid) for tid in started}
+    b = torch.ones(_POOL_PROBE_SIDE, _POOL_PROBE_SIDE)
+    for _ in range(3):
+        torch.mm(b, b)
+    ran = {tid: _cpu_ns(tid) - ns for tid, ns in ran.items()}
+    return sorted((t for t, ns in ran.items() if ns > 0), key=lambda t: -ran[t])
 
 
 def time_members(request: Any, emit: Emit) -> list[dict[str, Any]]:
