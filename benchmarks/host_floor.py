@@ -13,8 +13,8 @@ their timing) are compared.
     python benchmarks/host_floor.py [--processes 8] [--seconds 1.5] [--threads 2]
 
 One ResNet18 and one MobileNetV2 at half width, 16x16 input (the quickstart's), random
-weights with seed 0: TVM (`direct`, untuned, compiled once here), ONNX Runtime (the
-ONNX dlas exports) and PyTorch eager. Each process times every runtime x model in
+weights with seed 0: TVM (`direct`, untuned, compiled once here), and dlas's ONNX Runtime
+and PyTorch eager peers. Each process times every runtime x model in
 interleaved chunks and reads the vCPU placement before and after. Run on an otherwise
 idle machine (about 1.5 minutes on 2 cores).
 """
@@ -49,71 +49,48 @@ def _model(name: str):  # noqa: ANN202 - torch is imported late on purpose
 
 
 def prepare(out: Path, threads: int) -> None:
-    """Compile TVM's variants and export the ONNX files the children load."""
-    import torch
-
+    """Compile TVM's variants once; the children load them."""
     from dlas import registry
     from dlas.compiler.build import compile_model
     from dlas.compiler.relax_import import import_torch_model
-    from dlas.compression.int8 import export_onnx
     from dlas.targets.host import host_target
 
     registry.load_plugins()
     for name in MODELS:
-        model = _model(name)
-        torch.save(model.state_dict(), out / f"{name}.pt")
-        (out / f"{name}.onnx").write_bytes(export_onnx(model, SHAPE[1:]))  # batch: dynamic
-        compiled = compile_model(import_torch_model(model, SHAPE),
+        compiled = compile_model(import_torch_model(_model(name), SHAPE),
                                  registry.create("algorithms", "direct", {}),
                                  host_target(threads), out / f"tvm-{name}")
         (out / f"{name}.so").symlink_to(compiled.executable_path)
 
 
 def child(out: Path, threads: int, seconds: float, order: int) -> dict:
-    """One fresh process: each runtime x model timed in interleaved chunks."""
+    """One fresh process: each runtime x model timed in interleaved chunks. The threads
+    are pinned by the timing worker's own code, and the baselines are dlas's peers (the
+    same sessions and calls a sweep times), so only the timing around them is bare."""
     import numpy as np
 
+    from dlas import registry
     from dlas.measure.placement import PlacementProbe
+    from dlas.measure.vm_timing import load_vm, set_num_threads
+    from dlas.runner.timing_worker import _start_openmp
+    from dlas.tuning.baselines.base import BaselineModel
 
     cpus = list(range(threads)) if len(os.sched_getaffinity(0)) >= threads else None
-    if cpus:
-        os.sched_setaffinity(0, {cpus[0]})
-    from dlas.runner.timing_worker import _start_openmp
-
     _start_openmp(threads, cpus)
-    import onnxruntime as ort
-    import torch
+    set_num_threads(threads, pin=cpus)
+    registry.load_plugins()
     import tvm
 
-    from dlas.measure.vm_timing import load_vm, set_num_threads
-
-    set_num_threads(threads, pin=cpus)
     x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
     calls = {}
     for name in MODELS:
         vm = load_vm(out / f"{name}.so")
         vm.set_input("main", tvm.runtime.tensor(x, tvm.cpu()))
         calls[("tvm", name)] = lambda vm=vm: vm.invoke_stateful("main")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if cpus and threads > 1:
-            options.add_session_config_entry(
-                "session.intra_op_thread_affinities", ";".join(str(c + 1) for c in cpus[1:]))
-        session = ort.InferenceSession(str(out / f"{name}.onnx"), options,
-                                       providers=["CPUExecutionProvider"])
-        feed = {session.get_inputs()[0].name: x}
-        calls[("onnxruntime", name)] = lambda s=session, f=feed: s.run(None, f)
-        model = _model(name)
-        model.load_state_dict(torch.load(out / f"{name}.pt"))
-        tensor = torch.from_numpy(x)
-
-        def eager(m=model, t=tensor) -> object:
-            with torch.inference_mode():
-                return m(t)
-
-        calls[("pytorch", name)] = eager
+        model = BaselineModel(_model(name), "float32", SHAPE[1:], threads, export_cache=out,
+                              cpus=cpus)
+        for runtime in ("onnxruntime", "pytorch"):
+            calls[(runtime, name)] = registry.create("tuning", runtime, {}, model=model).bind(x)
     keys = list(calls)
     keys = keys[order % len(keys):] + keys[:order % len(keys)]  # no runtime always first
     probe = PlacementProbe(cpus) if cpus and len(cpus) > 1 else None
