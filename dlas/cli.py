@@ -569,5 +569,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def entry() -> None:
+    """The `dlas` console script: `main`, then an exit without the interpreter's
+    teardown (`dlas.fast_exit`: seconds after a sweep)."""
+    from dlas.fast_exit import exit_now
+
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
