@@ -74,6 +74,9 @@ def test_dlas_first_gives_the_tvm_a_plain_import_gives(
     counts = wrapped["counts"]
     assert counts["wrapped"] and counts["disco_refused"] == 1
     assert counts["misses_answered"] > 10 and counts["registrations_answered"] >= 1
+    # The op list (about 800 names, one FFI call each) is read again only for a name not
+    # seen yet: read on every new op, it was 507 reads and 1.0-1.4 s of the import (Zen 3).
+    assert counts["op_list_reads"] < 20, counts
 
 
 class _FakeOp:
