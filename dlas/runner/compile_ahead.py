@@ -308,7 +308,12 @@ def serve(cache_root: Path, workspace_root: Path, machine_dir: Path) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - the helper's process
+    from dlas.fast_exit import exit_now
+
     try:
         serve(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]))
     except KeyboardInterrupt:
         sys.exit(130)
+    # the run waits for its helpers to end (`CompileAhead.close`): without the teardown of
+    # the TVM modules and models it compiled (`dlas.fast_exit`)
+    exit_now(0)
