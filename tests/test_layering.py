@@ -113,6 +113,7 @@ LEVELS = {
     "dlas": 0, "dlas.tir": 0, "dlas.contracts": 0, "dlas.integrity": 0,
     "dlas.resources": 0,
     "dlas.user_cache": 0,
+    "dlas.fast_exit": 0,  # the console script's and helpers' exit: the standard library only
     "dlas.registry": 1,
     "dlas.sweep": 2, "dlas.targets": 2, "dlas.datasets": 2,
     "dlas.models": 3, "dlas.algorithms": 3,
