@@ -33,14 +33,21 @@ def _stub_venv(tmp: Path) -> Path:
     return venv
 
 
-def _setup(venv: Path, *args: str, check_rc: int = 0) -> tuple[str, list[str]]:
+def _run_setup(venv: Path, *args: str, check_rc: int = 0) -> subprocess.CompletedProcess[str]:
+    """scripts/setup.sh on the stub environment, its calls logged afresh."""
     log = venv / "calls.log"
     log.unlink(missing_ok=True)
     env = {**os.environ, "DLAS_VENV": str(venv), "PYTHON": str(venv / "bin" / "python"),
            "STUB_LOG": str(log), "STUB_SITE": str(venv / "site"), "CHECK_RC": str(check_rc)}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *args], env=env,
+    return subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *args], env=env,
                           capture_output=True, text=True, timeout=60)
+
+
+def _setup(venv: Path, *args: str) -> tuple[str, list[str]]:
+    """A set-up that succeeds: its output and the import checks it ran."""
+    done = _run_setup(venv, *args)
     assert done.returncode == 0, done.stdout + done.stderr
+    log = venv / "calls.log"
     calls = log.read_text().splitlines() if log.exists() else []
     return done.stdout, [c for c in calls if "import dlas, tvm, torch" in c]
 
@@ -72,11 +79,7 @@ def test_a_plain_set_up_checks_before_its_stamp(tmp_path: Path) -> None:
 def test_an_unchecked_environment_that_does_not_import_is_set_up_again(tmp_path: Path) -> None:
     venv = _stub_venv(tmp_path)
     _setup(venv, "run")
-    env = {**os.environ, "DLAS_VENV": str(venv), "PYTHON": str(venv / "bin" / "python"),
-           "STUB_LOG": str(venv / "calls.log"), "STUB_SITE": str(venv / "site"),
-           "CHECK_RC": "1"}
-    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "run"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = _run_setup(venv, "run", check_rc=1)
     # set up again, and this time checked before the command (which fails the same way)
     assert "does not import (set up again)" in done.stdout
     assert "setting up" in done.stdout
