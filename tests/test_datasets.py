@@ -91,6 +91,26 @@ def test_digits_read_and_split_exactly_as_scikit_learn_does(seed: int,
         assert np.array_equal(a, b)
 
 
+def test_a_split_that_cannot_be_stratified_and_a_missing_scikit_learn_say_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    import numpy as np
+
+    from dlas.datasets import digits as digits_module
+    from dlas.datasets.stratified_split import stratified_split
+
+    with pytest.raises(ValueError, match=r"cannot split 5 samples of 2 classes \(smallest 1\)"):
+        stratified_split(np.array([0, 0, 0, 0, 1]), 0.4, 0)
+    with pytest.raises(ValueError, match="with test_fraction 0.05"):
+        stratified_split(np.repeat(np.arange(3), 4), 0.05, 0)  # 1 test sample, 3 classes
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sklearn" else real(name, *a))
+    with pytest.raises(FileNotFoundError, match="pip install scikit-learn"):
+        digits_module.digits_pixels_and_labels()
+
+
 def test_digits_loading_does_not_import_scikit_learn() -> None:
     import subprocess
     import sys
